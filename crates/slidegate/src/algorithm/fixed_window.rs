@@ -1,0 +1,77 @@
+//! The fixed window: one counter per window aligned to multiples of `W`.
+//!
+//! Cheapest of all and what envoyproxy/ratelimit does, but up to `2L`
+//! requests can pass around a window boundary.
+
+use super::{Meter, until};
+use crate::decision::Decision;
+use crate::rate::Rate;
+
+/// The state of one fixed window counter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedWindow {
+    start: u64,
+    count: u64,
+}
+
+impl FixedWindow {
+    fn roll(&mut self, window: u64, now: u64) {
+        let t = now.max(self.start);
+        let start = t - t % window;
+        if start != self.start {
+            self.start = start;
+            self.count = 0;
+        }
+    }
+}
+
+impl Meter for FixedWindow {
+    fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
+        let (limit, window) = (rate.limit(), rate.window_micros());
+        self.roll(window, now);
+        let end = until(self.start + window, now);
+        let reset_now = if self.count > 0 { end } else { 0 };
+        let asked = cost.max(1);
+        if self.count + asked <= limit {
+            return if cost == 0 {
+                Decision::from_parts(true, limit, limit - self.count, 0, reset_now)
+            } else {
+                Decision::from_parts(true, limit, limit - self.count - cost, 0, end)
+            };
+        }
+        Decision::from_parts(
+            false,
+            limit,
+            limit.saturating_sub(self.count),
+            end,
+            reset_now,
+        )
+    }
+
+    fn record(&mut self, rate: Rate, now: u64, cost: u64) {
+        self.roll(rate.window_micros(), now);
+        self.count += cost;
+    }
+
+    fn is_idle(&self, rate: Rate, now: u64) -> bool {
+        self.count == 0 || now >= self.start + rate.window_micros()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn resets_at_the_aligned_boundary() {
+        let r = Rate::new(2, Duration::from_secs(1)).unwrap();
+        let mut w = FixedWindow::default();
+        assert!(w.decide(r, 999_000, 2).allowed());
+        let d = w.decide(r, 999_500, 1);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Duration::from_micros(500));
+        assert!(w.decide(r, 1_000_000, 2).allowed());
+        assert!(w.is_idle(r, 2_000_000));
+    }
+}

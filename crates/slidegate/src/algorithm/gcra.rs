@@ -1,0 +1,108 @@
+//! GCRA, the generic cell rate algorithm: a token bucket written as one
+//! number, the theoretical arrival time (TAT).
+//!
+//! Each unit of cost moves the TAT forward by the emission interval
+//! `T = W / L`; a request passes iff, after moving, the TAT is at most `W`
+//! ahead of now. So a burst of `L` passes at once, then one unit every `T`.
+//! `T` is usually not a whole number of microseconds, so the TAT is kept
+//! exactly, scaled by `L` (in units of `1/L` µs): no rounding drift.
+
+use super::{Meter, until};
+use crate::decision::Decision;
+use crate::rate::Rate;
+
+/// The state of one GCRA meter: the TAT scaled by the limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gcra {
+    tat_scaled: u128,
+}
+
+impl Gcra {
+    /// The theoretical arrival time in whole microseconds, rounded up.
+    pub fn tat_micros(&self, rate: Rate) -> u64 {
+        ceil_div(self.tat_scaled, rate.limit())
+    }
+
+    /// Units that would pass in a row at `now` (scaled TAT `base` ≥ now).
+    fn room(base: u128, now_scaled: u128, limit: u64, window: u64) -> u64 {
+        let capacity = window as u128 * limit as u128;
+        let used = base - now_scaled;
+        (capacity.saturating_sub(used) / window as u128) as u64
+    }
+}
+
+impl Meter for Gcra {
+    fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
+        let (limit, window) = (rate.limit(), rate.window_micros());
+        let now_scaled = now as u128 * limit as u128;
+        let capacity = window as u128 * limit as u128;
+        let base = self.tat_scaled.max(now_scaled);
+        let asked = cost.max(1);
+        let after = base + asked as u128 * window as u128;
+        let reset_now = if self.tat_scaled > now_scaled {
+            until(self.tat_micros(rate), now)
+        } else {
+            0
+        };
+        if after - now_scaled <= capacity {
+            return if cost == 0 {
+                let room = Self::room(base, now_scaled, limit, window);
+                Decision::from_parts(true, limit, room, 0, reset_now)
+            } else {
+                let room = Self::room(after, now_scaled, limit, window);
+                Decision::from_parts(true, limit, room, 0, until(ceil_div(after, limit), now))
+            };
+        }
+        // Passes once now has caught up to `after - W`.
+        let retry_at = ceil_div(after - capacity, limit);
+        let room = Self::room(base, now_scaled, limit, window);
+        Decision::from_parts(false, limit, room, until(retry_at, now), reset_now)
+    }
+
+    fn record(&mut self, rate: Rate, now: u64, cost: u64) {
+        let now_scaled = now as u128 * rate.limit() as u128;
+        self.tat_scaled =
+            self.tat_scaled.max(now_scaled) + cost as u128 * rate.window_micros() as u128;
+    }
+
+    fn is_idle(&self, rate: Rate, now: u64) -> bool {
+        self.tat_scaled <= now as u128 * rate.limit() as u128
+    }
+}
+
+fn ceil_div(scaled: u128, limit: u64) -> u64 {
+    u64::try_from(scaled.div_ceil(limit as u128)).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_burst_of_l_then_one_per_interval() {
+        let r = Rate::new(3, Duration::from_secs(1)).unwrap();
+        let mut g = Gcra::default();
+        for left in [2, 1, 0] {
+            let d = g.decide(r, 0, 1);
+            assert!(d.allowed());
+            assert_eq!(d.remaining(), left);
+        }
+        let d = g.decide(r, 0, 1);
+        assert!(!d.allowed());
+        // T = 333_333.33 µs: the next unit passes at ceil(T).
+        assert_eq!(d.retry_after(), Duration::from_micros(333_334));
+        assert!(!g.decide(r, 333_333, 1).allowed());
+        assert!(g.decide(r, 333_334, 1).allowed());
+        assert_eq!(g.tat_micros(r), 1_333_334);
+    }
+
+    #[test]
+    fn idle_once_the_tat_has_passed() {
+        let r = Rate::new(3, Duration::from_secs(1)).unwrap();
+        let mut g = Gcra::default();
+        g.decide(r, 0, 3);
+        assert!(!g.is_idle(r, 999_999));
+        assert!(g.is_idle(r, 1_000_000));
+    }
+}

@@ -1,0 +1,270 @@
+//! The exact sliding log.
+//!
+//! `usage(t)` is the sum of the costs admitted at times `t_i` with
+//! `t - W <= t_i <= t`: an entry stops counting only once it is *more* than
+//! `W` old. A request of cost `c` passes iff `usage(t) + c <= L`, and only
+//! then is `(t, c)` recorded. With this rule no real interval of length `W`
+//! ever holds more than `L` admissions, even with truncated timestamps.
+//!
+//! Entries hold the time and the *running total* of costs up to and
+//! including them, so usage is one subtraction and the entry that decides
+//! `retry_after` is a binary search: O(log n) for any mix of costs, O(1)
+//! amortized for the trimming. Entries recorded in the same microsecond are
+//! merged, so memory is bounded by both L and the number of distinct
+//! microseconds inside the window.
+//!
+//! Time never runs backwards inside a log: a request that arrives with a
+//! time older than the newest entry is decided and recorded at the newest
+//! entry's time.
+
+use std::collections::VecDeque;
+
+use super::{Meter, until};
+use crate::decision::Decision;
+use crate::rate::Rate;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Entry {
+    at: u64,
+    /// Sum of the costs of every entry up to and including this one, since
+    /// the log was last empty.
+    total: u64,
+}
+
+/// The state of one sliding log.
+#[derive(Clone, Debug, Default)]
+pub struct SlidingLog {
+    entries: VecDeque<Entry>,
+    /// The running total just before the first entry (of the last entry
+    /// dropped).
+    dropped_total: u64,
+}
+
+impl SlidingLog {
+    /// Number of entries held (distinct admission times inside the window).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when the log holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Heap bytes held by the entries.
+    pub fn heap_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+    }
+
+    /// The admissions in the log as `(time, cost)` pairs, oldest first.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let mut before = self.dropped_total;
+        self.entries.iter().map(move |e| {
+            let cost = e.total - before;
+            before = e.total;
+            (e.at, cost)
+        })
+    }
+
+    fn newest(&self) -> Option<Entry> {
+        self.entries.back().copied()
+    }
+
+    /// `now`, or the newest entry's time if the clock is behind it.
+    fn effective_now(&self, now: u64) -> u64 {
+        self.newest().map_or(now, |e| e.at.max(now))
+    }
+
+    fn usage(&self) -> u64 {
+        self.newest()
+            .map_or(0, |newest| newest.total - self.dropped_total)
+    }
+
+    fn drop_expired(&mut self, window: u64, t: u64) {
+        let mut dropped = false;
+        while let Some(oldest) = self.entries.front() {
+            if oldest.at.saturating_add(window) >= t {
+                break;
+            }
+            self.dropped_total = oldest.total;
+            self.entries.pop_front();
+            dropped = true;
+        }
+        if dropped {
+            if self.entries.is_empty() {
+                self.dropped_total = 0;
+            }
+            // Memory follows the entries inside the window, not the peak.
+            let (len, cap) = (self.entries.len(), self.entries.capacity());
+            if cap > 64 && cap > 4 * len {
+                self.entries.shrink_to(2 * len);
+            }
+        }
+    }
+}
+
+impl Meter for SlidingLog {
+    fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
+        let (limit, window) = (rate.limit(), rate.window_micros());
+        let t = self.effective_now(now);
+        self.drop_expired(window, t);
+        let usage = self.usage();
+        let asked = cost.max(1);
+        let reset_now = self
+            .newest()
+            .map_or(0, |newest| until(newest.at + window + 1, now));
+        if usage + asked <= limit {
+            return if cost == 0 {
+                Decision::from_parts(true, limit, limit - usage, 0, reset_now)
+            } else {
+                Decision::from_parts(
+                    true,
+                    limit,
+                    limit - usage - cost,
+                    0,
+                    until(t + window + 1, now),
+                )
+            };
+        }
+        // The request passes once the entries up to the first one whose
+        // running total reaches `target` have expired.
+        let newest_total = self.newest().map_or(0, |e| e.total);
+        let target = newest_total + asked - limit;
+        let k = self.entries.partition_point(|e| e.total < target);
+        let retry_after = self
+            .entries
+            .get(k)
+            .map_or(0, |deciding| until(deciding.at + window + 1, now));
+        Decision::from_parts(
+            false,
+            limit,
+            limit.saturating_sub(usage),
+            retry_after,
+            reset_now,
+        )
+    }
+
+    fn record(&mut self, _rate: Rate, now: u64, cost: u64) {
+        let t = self.effective_now(now);
+        match self.entries.back_mut() {
+            Some(newest) if newest.at == t => newest.total += cost,
+            newest => {
+                let total = newest.map_or(self.dropped_total, |e| e.total) + cost;
+                self.entries.push_back(Entry { at: t, total });
+            }
+        }
+    }
+
+    fn is_idle(&self, rate: Rate, now: u64) -> bool {
+        self.newest()
+            .is_none_or(|newest| newest.at.saturating_add(rate.window_micros()) < now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn rate(limit: u64, window_ms: u64) -> Rate {
+        Rate::new(limit, Duration::from_millis(window_ms)).unwrap()
+    }
+
+    #[test]
+    fn an_entry_counts_until_it_is_more_than_a_window_old() {
+        let r = rate(1, 1000);
+        let mut log = SlidingLog::default();
+        assert!(log.decide(r, 0, 1).allowed());
+        let denied = log.decide(r, 1_000_000, 1);
+        assert!(!denied.allowed(), "exactly W old still counts");
+        assert_eq!(denied.retry_after(), Duration::from_micros(1));
+        assert!(log.decide(r, 1_000_001, 1).allowed());
+    }
+
+    #[test]
+    fn two_requests_in_one_microsecond_are_both_counted() {
+        let r = rate(2, 1000);
+        let mut log = SlidingLog::default();
+        assert!(log.decide(r, 5, 1).allowed());
+        assert!(log.decide(r, 5, 1).allowed());
+        assert!(!log.decide(r, 5, 1).allowed());
+        assert_eq!(log.len(), 1, "same-microsecond entries merge");
+        assert_eq!(log.entries().collect::<Vec<_>>(), vec![(5, 2)]);
+    }
+
+    #[test]
+    fn denied_requests_record_nothing() {
+        let r = rate(1, 1000);
+        let mut log = SlidingLog::default();
+        log.decide(r, 0, 1);
+        for t in 1..100 {
+            assert!(!log.decide(r, t * 1000, 1).allowed());
+        }
+        assert_eq!(log.len(), 1);
+        assert!(log.decide(r, 1_000_001, 1).allowed());
+    }
+
+    #[test]
+    fn retry_after_finds_the_deciding_entry_for_weighted_costs() {
+        let r = rate(10, 1000);
+        let mut log = SlidingLog::default();
+        log.decide(r, 0, 3);
+        log.decide(r, 100, 4);
+        log.decide(r, 200, 3);
+        // usage 10; a cost of 5 needs the first two entries (3 + 4) gone.
+        let d = log.check(r, 300, 5);
+        assert!(!d.allowed());
+        assert_eq!(d.remaining(), 0);
+        assert_eq!(
+            d.retry_after(),
+            Duration::from_micros(100 + 1_000_000 + 1 - 300)
+        );
+        assert_eq!(
+            d.reset_after(),
+            Duration::from_micros(200 + 1_000_000 + 1 - 300)
+        );
+        assert!(log.decide(r, 1_000_101, 5).allowed());
+    }
+
+    #[test]
+    fn probe_reports_without_consuming() {
+        let r = rate(2, 1000);
+        let mut log = SlidingLog::default();
+        let p = log.decide(r, 0, 0);
+        assert!(p.allowed());
+        assert_eq!((p.remaining(), p.reset_after()), (2, Duration::ZERO));
+        log.decide(r, 0, 2);
+        let p = log.decide(r, 10, 0);
+        assert!(!p.allowed());
+        assert_eq!(p.retry_after(), Duration::from_micros(1_000_001 - 10));
+        assert_eq!(log.len(), 1);
+    }
+
+    #[test]
+    fn a_clock_stepping_back_records_at_the_newest_time() {
+        let r = rate(5, 1000);
+        let mut log = SlidingLog::default();
+        log.decide(r, 1_000, 1);
+        log.decide(r, 500, 1);
+        assert_eq!(log.entries().collect::<Vec<_>>(), vec![(1_000, 2)]);
+    }
+
+    #[test]
+    fn memory_returns_after_a_burst_expires() {
+        let r = rate(10_000, 1000);
+        let mut log = SlidingLog::default();
+        for t in 0..10_000 {
+            log.decide(r, t, 1);
+        }
+        let peak = log.heap_bytes();
+        log.decide(r, 1_009_999 + 1, 1);
+        assert_eq!(log.len(), 1);
+        assert!(
+            log.heap_bytes() < peak / 100,
+            "{} of {peak}",
+            log.heap_bytes()
+        );
+        assert!(!log.is_idle(r, 2_009_999));
+        assert!(log.is_idle(r, 2_010_001));
+    }
+}

@@ -1,0 +1,97 @@
+//! The one error type of the library.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in slidegate, as a type.
+///
+/// A *denial* is not an error: it is a [`Decision`](crate::Decision) with
+/// `allowed == false`. Errors are bad input (the caller's fault), a full
+/// store, or a store that failed (network, timeout, Redis error).
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// A rate such as `"100/1m"` could not be parsed or is out of range.
+    #[error("invalid rate {input:?}: {reason}")]
+    InvalidRate {
+        /// The text that was given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A limit of 0, or above [`Rate::MAX_LIMIT`](crate::Rate::MAX_LIMIT).
+    #[error("limit must be between 1 and {max}, got {got}")]
+    InvalidLimit {
+        /// The limit that was given.
+        got: u64,
+        /// The largest limit slidegate accepts.
+        max: u64,
+    },
+    /// A window shorter than 1 ms or longer than [`Rate::MAX_WINDOW`](crate::Rate::MAX_WINDOW).
+    #[error("window must be between 1ms and {max:?}, got {got:?}")]
+    InvalidWindow {
+        /// The window that was given.
+        got: Duration,
+        /// The longest window slidegate accepts.
+        max: Duration,
+    },
+    /// An algorithm name that is not one of the four.
+    #[error(
+        "unknown algorithm {0:?} (expected sliding_log, sliding_counter, fixed_window or gcra)"
+    )]
+    UnknownAlgorithm(String),
+    /// A request whose cost exceeds the limit of one of its rules: it can never pass.
+    #[error("cost {cost} exceeds the limit {limit}: such a request can never pass")]
+    CostExceedsLimit {
+        /// The cost asked for.
+        cost: u64,
+        /// The smallest limit among the rules.
+        limit: u64,
+    },
+    /// A key that is empty, too long, or whose braces do not form a hash tag.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+    /// A decision without any rule.
+    #[error("a decision needs at least one rule")]
+    NoRules,
+    /// The memory store holds `max_keys` keys and none of them is idle: the
+    /// new key is refused rather than dropping the state of a live one.
+    #[error("the store is full ({max_keys} live keys); no idle key could be evicted")]
+    StoreFull {
+        /// The configured bound.
+        max_keys: usize,
+    },
+    /// An atomic decision over keys that live in different Redis Cluster slots.
+    #[error(
+        "keys {first:?} and {other:?} have different hash tags: an atomic decision needs one slot (put a common {{tag}} in the keys)"
+    )]
+    CrossSlot {
+        /// The first key of the decision.
+        first: String,
+        /// A key that does not share its slot.
+        other: String,
+    },
+    /// The store did not answer within its deadline.
+    #[error("the store did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The store could not be reached or answered with an error.
+    #[error("store error: {0}")]
+    Store(String),
+    /// The store is configured wrongly (bad URL, bad option).
+    #[error("store configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// True when the error is the store's fault (unreachable, timed out,
+    /// failed, full), as opposed to bad input from the caller. A failure
+    /// policy applies to these, never to bad input.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout(_) | Error::Store(_) | Error::StoreFull { .. }
+        )
+    }
+}
+
+/// Shorthand for `Result<T, slidegate::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

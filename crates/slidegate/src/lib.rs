@@ -1,0 +1,40 @@
+//! # slidegate
+//!
+//! An exact sliding-window rate limiter: at most `L` requests in *any*
+//! window of length `W`, per key, decided atomically, in process or shared
+//! through Redis.
+//!
+//! ```
+//! use slidegate::{MemoryStore, Rule};
+//!
+//! let store = MemoryStore::new();
+//! let rule = Rule::parse("3/1s")?;               // 3 per second, sliding log
+//! for _ in 0..3 {
+//!     assert!(store.acquire("login:10.0.0.1", &[rule], 1)?.allowed());
+//! }
+//! let denied = store.acquire("login:10.0.0.1", &[rule], 1)?;
+//! assert!(!denied.allowed());
+//! println!("retry in {} ms", denied.retry_after_ms());
+//! # Ok::<(), slidegate::Error>(())
+//! ```
+//!
+//! - [`Rate`] and [`Rule`]: `"100/1m"` and the algorithm enforcing it.
+//! - [`Decision`]: allowed, remaining, `retry_after`, `reset_after`.
+//! - [`algorithm`]: the four algorithms as pure state machines.
+//! - [`MemoryStore`]: the in-process store; the [`Store`] trait is what
+//!   every store offers.
+#![warn(missing_docs)]
+
+pub mod algorithm;
+pub mod clock;
+pub mod decision;
+pub mod error;
+pub mod rate;
+pub mod store;
+
+pub use algorithm::Algorithm;
+pub use decision::Decision;
+pub use error::{Error, Result};
+pub use rate::{Rate, Rule};
+pub use store::memory::{MemoryStats, MemoryStore, MemoryStoreBuilder};
+pub use store::{Hit, Store};

@@ -1,0 +1,334 @@
+//! Rates (`100/1m`), the rules built on them, and their parser.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::algorithm::Algorithm;
+use crate::error::{Error, Result};
+
+const MICROS_PER_MS: u64 = 1_000;
+const MICROS_PER_SECOND: u64 = 1_000_000;
+const MICROS_PER_MINUTE: u64 = 60 * MICROS_PER_SECOND;
+const MICROS_PER_HOUR: u64 = 60 * MICROS_PER_MINUTE;
+const MICROS_PER_DAY: u64 = 24 * MICROS_PER_HOUR;
+
+/// At most `limit` units per `window`: `100/1m`, `10/s`, `3/250ms`.
+///
+/// ```
+/// use slidegate::Rate;
+/// let rate: Rate = "100/1m".parse()?;
+/// assert_eq!(rate.limit(), 100);
+/// assert_eq!(rate.window(), std::time::Duration::from_secs(60));
+/// assert_eq!(rate.to_string(), "100/1m");
+/// assert_eq!("10/minute".parse::<Rate>()?, Rate::new(10, std::time::Duration::from_secs(60))?);
+/// # Ok::<(), slidegate::Error>(())
+/// ```
+///
+/// Accepted windows: an optional whole number followed by a unit, `us`,
+/// `ms`, `s`, `m`, `h`, `d` (or `w`), or a word such as `second`, `minutes`,
+/// `hour`, `day`, `week`. Windows run from 1 ms to [`Rate::MAX_WINDOW`];
+/// limits from 1 to [`Rate::MAX_LIMIT`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Rate {
+    limit: u64,
+    window_us: u64,
+}
+
+impl Rate {
+    /// The largest limit: 10^12. Every store computes exactly below it
+    /// (Redis' Lua numbers are doubles, exact up to 2^53).
+    pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+    /// The longest window: 10 years of 365 days.
+    pub const MAX_WINDOW: Duration = Duration::from_secs(10 * 365 * 86_400);
+    /// The shortest window: 1 ms.
+    pub const MIN_WINDOW: Duration = Duration::from_millis(1);
+
+    /// A rate of `limit` per `window`, checked against the bounds above.
+    pub fn new(limit: u64, window: Duration) -> Result<Rate> {
+        if limit == 0 || limit > Self::MAX_LIMIT {
+            return Err(Error::InvalidLimit {
+                got: limit,
+                max: Self::MAX_LIMIT,
+            });
+        }
+        if window < Self::MIN_WINDOW || window > Self::MAX_WINDOW {
+            return Err(Error::InvalidWindow {
+                got: window,
+                max: Self::MAX_WINDOW,
+            });
+        }
+        // Checked above: the window fits in u64 microseconds.
+        let window_us = window.as_micros() as u64;
+        Ok(Rate { limit, window_us })
+    }
+
+    /// The most units admitted in any window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The length of the window.
+    pub fn window(&self) -> Duration {
+        Duration::from_micros(self.window_us)
+    }
+
+    /// The length of the window in microseconds, the unit every algorithm counts in.
+    pub fn window_micros(&self) -> u64 {
+        self.window_us
+    }
+}
+
+impl fmt::Display for Rate {
+    /// The shortest form that parses back to the same rate: `100/1m`, `3/250ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [(u64, &str); 6] = [
+            (MICROS_PER_DAY, "d"),
+            (MICROS_PER_HOUR, "h"),
+            (MICROS_PER_MINUTE, "m"),
+            (MICROS_PER_SECOND, "s"),
+            (MICROS_PER_MS, "ms"),
+            (1, "us"),
+        ];
+        let w = self.window_us;
+        let (size, unit) = UNITS
+            .iter()
+            .find(|(size, _)| w % size == 0)
+            .copied()
+            .unwrap_or((1, "us"));
+        write!(f, "{}/{}{}", self.limit, w / size, unit)
+    }
+}
+
+impl FromStr for Rate {
+    type Err = Error;
+
+    fn from_str(input: &str) -> Result<Rate> {
+        let invalid = |reason: &str| Error::InvalidRate {
+            input: input.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (limit, window) = input
+            .trim()
+            .split_once('/')
+            .ok_or_else(|| invalid("expected LIMIT/WINDOW, e.g. 100/1m"))?;
+        let limit: u64 = limit
+            .trim()
+            .parse()
+            .map_err(|_| invalid("the limit is not a whole number"))?;
+        let window_us = parse_window_micros(window.trim()).map_err(|reason| invalid(reason))?;
+        if limit == 0 {
+            return Err(invalid("the limit must be at least 1"));
+        }
+        if window_us == 0 {
+            return Err(invalid("the window must be at least 1ms"));
+        }
+        Rate::new(limit, Duration::from_micros(window_us)).map_err(|e| invalid(&e.to_string()))
+    }
+}
+
+/// Parses a window such as `1m`, `250ms`, `s` or `minute` into microseconds.
+///
+/// ```
+/// assert_eq!(slidegate::rate::parse_window("250ms")?, std::time::Duration::from_millis(250));
+/// assert_eq!(slidegate::rate::parse_window("hour")?, std::time::Duration::from_secs(3600));
+/// # Ok::<(), slidegate::Error>(())
+/// ```
+pub fn parse_window(input: &str) -> Result<Duration> {
+    let us = parse_window_micros(input.trim()).map_err(|reason| Error::InvalidRate {
+        input: input.to_owned(),
+        reason: reason.to_owned(),
+    })?;
+    Ok(Duration::from_micros(us))
+}
+
+fn parse_window_micros(window: &str) -> std::result::Result<u64, &'static str> {
+    let digits = window
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(window.len());
+    let (count, unit) = window.split_at(digits);
+    let count: u64 = if count.is_empty() {
+        1
+    } else {
+        count.parse().map_err(|_| "the window count is too large")?
+    };
+    let unit_us = match unit.trim() {
+        "us" | "µs" | "micro" | "micros" | "microsecond" | "microseconds" => 1,
+        "ms" | "milli" | "millis" | "millisecond" | "milliseconds" => MICROS_PER_MS,
+        "s" | "sec" | "secs" | "second" | "seconds" => MICROS_PER_SECOND,
+        "m" | "min" | "mins" | "minute" | "minutes" => MICROS_PER_MINUTE,
+        "h" | "hr" | "hrs" | "hour" | "hours" => MICROS_PER_HOUR,
+        "d" | "day" | "days" => MICROS_PER_DAY,
+        "w" | "week" | "weeks" => 7 * MICROS_PER_DAY,
+        "" => return Err("the window needs a unit (ms, s, m, h, d)"),
+        _ => return Err("unknown window unit (expected us, ms, s, m, h, d, w)"),
+    };
+    count.checked_mul(unit_us).ok_or("the window is too long")
+}
+
+/// A rate together with the algorithm that enforces it: the unit a store
+/// keeps state for. Two rules are the same state only if all three
+/// (limit, window, algorithm) are equal.
+///
+/// ```
+/// use slidegate::{Algorithm, Rule};
+/// let rule = Rule::parse("10/s")?;
+/// assert_eq!(rule.algorithm(), Algorithm::SlidingLog);
+/// let gcra = Rule::parse("10/s")?.with_algorithm(Algorithm::Gcra);
+/// assert_ne!(rule, gcra);
+/// # Ok::<(), slidegate::Error>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Rule {
+    rate: Rate,
+    algorithm: Algorithm,
+}
+
+impl Rule {
+    /// A rule enforcing `rate` with the exact sliding log.
+    pub fn new(rate: Rate) -> Rule {
+        Rule {
+            rate,
+            algorithm: Algorithm::SlidingLog,
+        }
+    }
+
+    /// Parses the rate (`"100/1m"`) of a sliding-log rule.
+    pub fn parse(rate: &str) -> Result<Rule> {
+        Ok(Rule::new(rate.parse()?))
+    }
+
+    /// The same rate under another algorithm.
+    pub fn with_algorithm(self, algorithm: Algorithm) -> Rule {
+        Rule { algorithm, ..self }
+    }
+
+    /// The rate.
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
+    /// The algorithm.
+    pub fn algorithm(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// The rate's limit.
+    pub fn limit(&self) -> u64 {
+        self.rate.limit
+    }
+
+    /// The rate's window in microseconds.
+    pub fn window_micros(&self) -> u64 {
+        self.rate.window_us
+    }
+}
+
+impl From<Rate> for Rule {
+    fn from(rate: Rate) -> Rule {
+        Rule::new(rate)
+    }
+}
+
+impl fmt::Display for Rule {
+    /// `100/1m` for the sliding log, `100/1m gcra` otherwise.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.algorithm {
+            Algorithm::SlidingLog => write!(f, "{}", self.rate),
+            other => write!(f, "{} {}", self.rate, other),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(s: &str) -> Rate {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_the_documented_forms() {
+        assert_eq!(
+            rate("100/1m"),
+            Rate::new(100, Duration::from_secs(60)).unwrap()
+        );
+        assert_eq!(rate("10/s"), Rate::new(10, Duration::from_secs(1)).unwrap());
+        assert_eq!(
+            rate("5000/1h"),
+            Rate::new(5000, Duration::from_secs(3600)).unwrap()
+        );
+        assert_eq!(
+            rate("3/250ms"),
+            Rate::new(3, Duration::from_millis(250)).unwrap()
+        );
+        assert_eq!(
+            rate("1000/1d"),
+            Rate::new(1000, Duration::from_secs(86_400)).unwrap()
+        );
+        assert_eq!(rate("100/minute"), rate("100/1m"));
+        assert_eq!(rate("100/2 minutes"), rate("100/120s"));
+        assert_eq!(rate(" 7 / 90s "), rate("7/90s"));
+    }
+
+    #[test]
+    fn display_round_trips_and_is_shortest() {
+        for s in [
+            "100/1m", "10/1s", "3/250ms", "1000/1d", "7/90s", "5/1500us", "1/36h",
+        ] {
+            assert_eq!(rate(s).to_string(), s);
+            assert_eq!(rate(&rate(s).to_string()), rate(s));
+        }
+        assert_eq!(rate("10/s").to_string(), "10/1s");
+        assert_eq!(rate("1/60s").to_string(), "1/1m");
+    }
+
+    #[test]
+    fn rejects_zero_limit_zero_window_garbage_and_overflow() {
+        for bad in [
+            "0/1s",
+            "10/0s",
+            "10/0ms",
+            "abc",
+            "10",
+            "/1s",
+            "10/",
+            "10/1x",
+            "-1/1s",
+            "1.5/1s",
+            "10/1.5s",
+            "99999999999999999999999/1s",
+            "10/99999999999999999999d",
+            "10/99999999999999d",
+            "10/500us",
+            "1000000000001/1s",
+        ] {
+            let err = bad.parse::<Rate>().unwrap_err();
+            assert!(matches!(err, Error::InvalidRate { .. }), "{bad}: {err:?}");
+        }
+    }
+
+    #[test]
+    fn new_checks_bounds_with_typed_errors() {
+        assert!(matches!(
+            Rate::new(0, Duration::from_secs(1)),
+            Err(Error::InvalidLimit { got: 0, .. })
+        ));
+        assert!(matches!(
+            Rate::new(1, Duration::from_micros(999)),
+            Err(Error::InvalidWindow { .. })
+        ));
+        assert!(Rate::new(Rate::MAX_LIMIT, Rate::MAX_WINDOW).is_ok());
+    }
+
+    #[test]
+    fn rule_display_names_non_default_algorithms() {
+        let rule = Rule::parse("10/s").unwrap();
+        assert_eq!(rule.to_string(), "10/1s");
+        assert_eq!(
+            rule.with_algorithm(Algorithm::Gcra).to_string(),
+            "10/1s gcra"
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! Stores keep the state of every (key, rule) and apply the algorithms to it.
+//!
+//! [`MemoryStore`](memory::MemoryStore) keeps it in this process; the Redis
+//! store (feature `redis`) keeps it in Redis, shared by every process that
+//! uses the same Redis. Both obey the same contract, decision by decision.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::rate::Rule;
+
+pub mod memory;
+
+/// One part of an atomic batch: `cost` units of `rule` for `key`.
+///
+/// A batch passes only if every hit passes; then all are recorded,
+/// otherwise none. A cost of 0 checks without consuming.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hit<'a, Q: ?Sized = str> {
+    /// The key the rule applies to (`"login:10.0.0.1"`).
+    pub key: &'a Q,
+    /// The rule.
+    pub rule: Rule,
+    /// The cost: 1 for one request, 0 to check without consuming.
+    pub cost: u64,
+}
+
+impl<'a, Q: ?Sized> Hit<'a, Q> {
+    /// A hit of `cost` units of `rule` for `key`.
+    pub fn new(key: &'a Q, rule: Rule, cost: u64) -> Self {
+        Hit { key, rule, cost }
+    }
+}
+
+/// What every store offers. All methods are atomic per call.
+///
+/// The futures are `Send`, so stores can be shared across tokio tasks
+/// (wrap them in an `Arc`, or clone them: the stores of this crate are
+/// cheap handles).
+pub trait Store: Send + Sync {
+    /// Decides one request of `cost` for `key` under every rule in `rules`:
+    /// allowed only if every rule allows it; then recorded in all rules,
+    /// otherwise in none. `cost` 0 checks without consuming (see [`peek`](Store::peek)).
+    fn acquire(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision>> + Send;
+
+    /// Decides several hits, possibly on different keys, all-or-nothing.
+    /// Returns one decision per hit, in order.
+    fn acquire_batch(&self, hits: &[Hit<'_>])
+    -> impl Future<Output = Result<Vec<Decision>>> + Send;
+
+    /// Forgets every rule's state for `key`.
+    fn reset(&self, key: &str) -> impl Future<Output = Result<()>> + Send;
+
+    /// Answers whether the store can take decisions now.
+    fn ready(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// The state of `key` under `rules` without consuming: would a request
+    /// of cost 1 pass, and what remains.
+    fn peek(&self, key: &str, rules: &[Rule]) -> impl Future<Output = Result<Decision>> + Send {
+        self.acquire(key, rules, 0)
+    }
+
+    /// Like [`acquire`](Store::acquire), but when denied, waits until the
+    /// request would pass and tries again, as long as the total wait stays
+    /// within `max_wait`. Returns the last decision: allowed, or denied when
+    /// passing would take longer than `max_wait` (it then returns at once,
+    /// without sleeping in vain).
+    fn acquire_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Decision>> + Send {
+        async move {
+            let deadline = Instant::now() + max_wait;
+            loop {
+                let decision = self.acquire(key, rules, cost).await?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                if decision.allowed() || decision.retry_after() > left {
+                    return Ok(decision);
+                }
+                tokio::time::sleep(decision.retry_after()).await;
+            }
+        }
+    }
+}
+
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn acquire(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision>> + Send {
+        (**self).acquire(key, rules, cost)
+    }
+
+    fn acquire_batch(
+        &self,
+        hits: &[Hit<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>>> + Send {
+        (**self).acquire_batch(hits)
+    }
+
+    fn reset(&self, key: &str) -> impl Future<Output = Result<()>> + Send {
+        (**self).reset(key)
+    }
+
+    fn ready(&self) -> impl Future<Output = Result<()>> + Send {
+        (**self).ready()
+    }
+}
+
+/// The longest key a store accepts, in bytes.
+pub const MAX_KEY_LEN: usize = 1024;
+
+/// Checks a key as every store does: not empty, at most [`MAX_KEY_LEN`]
+/// bytes, and braces only as a Redis Cluster hash tag (`user:{42}:login`),
+/// so a key means the same thing on every store.
+pub fn validate_key(key: &str) -> Result<()> {
+    if key.is_empty() {
+        return Err(Error::InvalidKey("the key is empty".into()));
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::InvalidKey(format!(
+            "the key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
+            key.len()
+        )));
+    }
+    if key.contains(['{', '}']) && hash_tag(key).is_none() {
+        return Err(Error::InvalidKey(format!(
+            "{key:?} has braces that do not form a hash tag: use {{tag}} with a non-empty tag, or no braces"
+        )));
+    }
+    Ok(())
+}
+
+/// The Redis Cluster hash tag of a key: the text between the first `{` and
+/// the first `}` after it, when not empty. Keys without one are placed by
+/// the whole key.
+pub fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
+}
+
+/// The part of a key that decides its Redis Cluster slot: its hash tag, or
+/// the whole key. Hits whose keys share a slot key can be decided
+/// atomically on any store.
+pub fn slot_key(key: &str) -> &str {
+    hash_tag(key).unwrap_or(key)
+}
+
+/// Checks that `cost` can ever pass every rule, and that there is a rule.
+pub(crate) fn check_cost(rules: &[Rule], cost: u64) -> Result<()> {
+    let limit = rules.iter().map(Rule::limit).min().ok_or(Error::NoRules)?;
+    if cost > limit {
+        return Err(Error::CostExceedsLimit { cost, limit });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_with_braces_must_carry_a_tag() {
+        assert!(validate_key("login:10.0.0.1").is_ok());
+        assert!(validate_key("user:{42}:login").is_ok());
+        assert!(validate_key("{a}}{").is_ok());
+        for bad in ["", "a}b", "{}x", "x{y", "}{"] {
+            assert!(
+                matches!(validate_key(bad), Err(Error::InvalidKey(_))),
+                "{bad:?}"
+            );
+        }
+        assert!(validate_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
+    }
+
+    #[test]
+    fn slot_key_is_the_tag_or_the_whole_key() {
+        assert_eq!(slot_key("user:{42}:login"), "42");
+        assert_eq!(slot_key("{42}"), "42");
+        assert_eq!(slot_key("plain"), "plain");
+    }
+
+    #[test]
+    fn cost_above_the_smallest_limit_is_an_error() {
+        let rules = [Rule::parse("10/s").unwrap(), Rule::parse("3/s").unwrap()];
+        assert!(check_cost(&rules, 3).is_ok());
+        assert_eq!(
+            check_cost(&rules, 4),
+            Err(Error::CostExceedsLimit { cost: 4, limit: 3 })
+        );
+        assert_eq!(check_cost(&[], 1), Err(Error::NoRules));
+    }
+}
