@@ -455,6 +455,25 @@ where
         self.len() == 0
     }
 
+    /// The admissions a sliding-log rule of `key` holds now, as
+    /// `(time µs, cost)` pairs, oldest first (`None` for other algorithms or
+    /// when there is no state). For tests and diagnostics.
+    pub fn admissions<Q>(&self, key: &Q, rule: Rule) -> Option<Vec<(u64, u64)>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
+        let slot = self.inner.map.get(key)?;
+        let states = slot.states.lock();
+        states
+            .iter()
+            .find(|(r, _)| *r == rule)
+            .and_then(|(_, state)| match state {
+                crate::algorithm::State::SlidingLog(log) => Some(log.entries().collect()),
+                _ => None,
+            })
+    }
+
     /// Counts what the store holds. Walks every key: for tests and
     /// diagnostics, not for the hot path.
     pub fn stats(&self) -> MemoryStats {

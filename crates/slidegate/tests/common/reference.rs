@@ -1,0 +1,290 @@
+//! Reference models: the plainest code that obeys the contract. Every
+//! model keeps the raw list of admissions and recomputes everything from it
+//! on every call, searching for `retry_after` and `reset_after` instead of
+//! computing them in closed form. Stores are compared against these.
+//!
+//! Time must not go backwards here: the models know nothing of clocks that
+//! step back (the stores' handling of that is tested on its own).
+
+use std::collections::HashMap;
+
+use slidegate::{Algorithm, Decision, Error, Rule};
+
+/// One (key, rule)'s admissions, `(time, cost)`, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct Admissions(Vec<(u64, u64)>);
+
+impl Admissions {
+    fn sum_in(&self, from: u64, to: u64) -> u64 {
+        self.0
+            .iter()
+            .filter(|(t, _)| from <= *t && *t <= to)
+            .map(|(_, c)| c)
+            .sum()
+    }
+
+    fn last(&self) -> Option<u64> {
+        self.0.last().map(|(t, _)| *t)
+    }
+}
+
+/// The least `s` in `[lo, hi]` with `pred(s)`, for a predicate that stays
+/// true once true; `hi` when none is found below it.
+fn least(lo: u64, hi: u64, pred: impl Fn(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (lo, hi);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if pred(mid) {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    lo
+}
+
+/// What a model says about one rule at one time.
+struct Model<'a> {
+    rule: Rule,
+    log: &'a Admissions,
+}
+
+impl Model<'_> {
+    fn w(&self) -> u64 {
+        self.rule.window_micros()
+    }
+
+    fn l(&self) -> u64 {
+        self.rule.limit()
+    }
+
+    /// Units in use at `t` (for GCRA: the bucket level, in units of cost,
+    /// rounded up), assuming no admission after the log's last.
+    fn usage(&self, t: u64) -> u64 {
+        let w = self.w();
+        match self.rule.algorithm() {
+            Algorithm::SlidingLog => self.log.sum_in(t.saturating_sub(w), t),
+            Algorithm::FixedWindow => {
+                let start = t - t % w;
+                self.log.sum_in(start, start + w - 1)
+            }
+            Algorithm::SlidingCounter => {
+                let start = t - t % w;
+                let current = self.log.sum_in(start, start + w - 1);
+                let previous = if start >= w {
+                    self.log.sum_in(start - w, start - 1)
+                } else {
+                    0
+                };
+                let weighted = (previous as u128 * (w - (t - start)) as u128).div_ceil(w as u128);
+                current + weighted as u64
+            }
+            Algorithm::Gcra => self.gcra_level(t).div_ceil(w as u128) as u64,
+        }
+    }
+
+    /// GCRA as a leaky bucket, replayed from the first admission. The level
+    /// is in units of µs·L; each unit of cost adds W, it drains L per µs,
+    /// and it holds at most W·L.
+    fn gcra_level(&self, t: u64) -> u128 {
+        let l = self.l() as u128;
+        let mut level: u128 = 0;
+        let mut last = 0u64;
+        for &(at, cost) in &self.log.0 {
+            level = level.saturating_sub((at - last) as u128 * l) + cost as u128 * self.w() as u128;
+            last = at;
+        }
+        level.saturating_sub(t.saturating_sub(last) as u128 * l)
+    }
+
+    fn passes(&self, t: u64, cost: u64) -> bool {
+        match self.rule.algorithm() {
+            Algorithm::Gcra => {
+                self.gcra_level(t) + cost as u128 * self.w() as u128
+                    <= self.w() as u128 * self.l() as u128
+            }
+            _ => self.usage(t) + cost <= self.l(),
+        }
+    }
+
+    /// Units that could pass at `t` one after another.
+    fn room(&self, t: u64) -> u64 {
+        match self.rule.algorithm() {
+            Algorithm::Gcra => least(0, self.l() + 1, |n| !self.passes(t, n)) - 1,
+            _ => self.l().saturating_sub(self.usage(t)),
+        }
+    }
+
+    fn horizon(&self, t: u64) -> u64 {
+        t.max(self.log.last().unwrap_or(0)) + 3 * self.w() + 2
+    }
+
+    fn empty_at(&self, t: u64) -> u64 {
+        least(t, self.horizon(t), |s| match self.rule.algorithm() {
+            Algorithm::Gcra => self.gcra_level(s) == 0,
+            _ => self.usage(s) == 0,
+        })
+    }
+}
+
+/// The reference store: admissions per (key, rule).
+#[derive(Default)]
+pub struct Reference {
+    logs: HashMap<(String, Rule), Admissions>,
+}
+
+impl Reference {
+    pub fn reset(&mut self, key: &str) {
+        self.logs.retain(|(k, _), _| k != key);
+    }
+
+    /// Same contract as `Store::acquire`.
+    pub fn acquire(
+        &mut self,
+        now: u64,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let limit = rules
+            .iter()
+            .map(|r| r.limit())
+            .min()
+            .ok_or(Error::NoRules)?;
+        if cost > limit {
+            return Err(Error::CostExceedsLimit { cost, limit });
+        }
+        let hits: Vec<(String, Rule, u64)> =
+            rules.iter().map(|r| (key.to_owned(), *r, cost)).collect();
+        let decisions = self.batch_unchecked(now, &hits)?;
+        Ok(combine(&decisions))
+    }
+
+    /// Same contract as `Store::acquire_batch`.
+    pub fn acquire_batch(
+        &mut self,
+        now: u64,
+        hits: &[(String, Rule, u64)],
+    ) -> Result<Vec<Decision>, Error> {
+        if hits.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for (_, rule, cost) in hits {
+            if *cost > rule.limit() {
+                return Err(Error::CostExceedsLimit {
+                    cost: *cost,
+                    limit: rule.limit(),
+                });
+            }
+        }
+        self.batch_unchecked(now, hits)
+    }
+
+    fn batch_unchecked(
+        &mut self,
+        now: u64,
+        hits: &[(String, Rule, u64)],
+    ) -> Result<Vec<Decision>, Error> {
+        let mut asked = Vec::new();
+        for (i, (key, rule, cost)) in hits.iter().enumerate() {
+            let before: u64 = hits[..i]
+                .iter()
+                .filter(|(k, r, _)| k == key && r == rule)
+                .map(|(_, _, c)| c)
+                .sum();
+            if before + cost > rule.limit() {
+                return Err(Error::CostExceedsLimit {
+                    cost: before + cost,
+                    limit: rule.limit(),
+                });
+            }
+            asked.push(if *cost == 0 { 0 } else { before + cost });
+        }
+        let empty = Admissions::default();
+        let decide =
+            |key: &String, rule: &Rule, cost: u64, logs: &HashMap<(String, Rule), Admissions>| {
+                let log = logs.get(&(key.clone(), *rule)).unwrap_or(&empty);
+                decide_one(Model { rule: *rule, log }, now, cost)
+            };
+        let decisions: Vec<Decision> = hits
+            .iter()
+            .zip(&asked)
+            .map(|((k, r, _), &c)| decide(k, r, c, &self.logs))
+            .collect();
+        if decisions.iter().all(|d| d.allowed()) {
+            for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0) {
+                let log = self.logs.entry((key.clone(), *rule)).or_default();
+                let t = now.max(log.last().unwrap_or(0));
+                log.0.push((t, *cost));
+            }
+            Ok(decisions)
+        } else {
+            Ok(hits
+                .iter()
+                .zip(decisions)
+                .map(|((k, r, c), d)| {
+                    if d.allowed() && *c > 0 {
+                        decide(k, r, 0, &self.logs)
+                    } else {
+                        d
+                    }
+                })
+                .collect())
+        }
+    }
+}
+
+/// The decision for `cost` (0: a probe with cost 1 that records nothing).
+fn decide_one(model: Model<'_>, now: u64, cost: u64) -> Decision {
+    let asked = cost.max(1);
+    let (l, w) = (model.l(), model.w());
+    // A log's time never runs behind its newest entry.
+    let t = match model.rule.algorithm() {
+        Algorithm::SlidingLog => now.max(model.log.last().unwrap_or(0)),
+        _ => now,
+    };
+    let reset_now = model.empty_at(t) - now;
+    if model.passes(t, asked) {
+        if cost == 0 {
+            return Decision::from_parts(true, l, model.room(t), 0, reset_now);
+        }
+        let mut after = model.log.clone();
+        after.0.push((t, cost));
+        let after = Model {
+            rule: model.rule,
+            log: &after,
+        };
+        return Decision::from_parts(true, l, after.room(t), 0, after.empty_at(t) - now);
+    }
+    let _ = w;
+    let retry_at = least(t, model.horizon(t), |s| model.passes(s, asked));
+    Decision::from_parts(false, l, model.room(t), retry_at - now, reset_now)
+}
+
+/// Several rules' decisions folded as the contract says.
+pub fn combine(decisions: &[Decision]) -> Decision {
+    let reset = decisions
+        .iter()
+        .map(|d| d.reset_after())
+        .max()
+        .unwrap_or_default();
+    let deciding = if decisions.iter().all(|d| d.allowed()) {
+        *decisions
+            .iter()
+            .min_by_key(|d| d.remaining())
+            .expect("at least one rule")
+    } else {
+        *decisions
+            .iter()
+            .filter(|d| !d.allowed())
+            .max_by_key(|d| d.retry_after())
+            .expect("a denial")
+    };
+    Decision::from_parts(
+        deciding.allowed(),
+        deciding.limit(),
+        deciding.remaining(),
+        deciding.retry_after().as_micros() as u64,
+        reset.as_micros() as u64,
+    )
+}

@@ -1,0 +1,148 @@
+//! Many threads on one key, and batches over shared keys while the sweeper
+//! runs: never more than L admitted in any window of the store's own
+//! admission times, and no deadlock.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use slidegate::{Hit, MemoryStore, Rule};
+
+/// The largest sum of costs inside any closed interval `[s, s + window]`.
+fn max_in_any_window(admissions: &BTreeMap<u64, u64>, window: u64) -> u64 {
+    let times: Vec<(u64, u64)> = admissions.iter().map(|(t, c)| (*t, *c)).collect();
+    let (mut best, mut sum, mut lo) = (0, 0, 0);
+    for hi in 0..times.len() {
+        sum += times[hi].1;
+        while times[hi].0 - times[lo].0 > window {
+            sum -= times[lo].1;
+            lo += 1;
+        }
+        best = best.max(sum);
+    }
+    best
+}
+
+/// Snapshots a key's log often enough that no entry expires unseen, and
+/// merges the snapshots (entries are per microsecond; costs only grow).
+fn watch(
+    store: MemoryStore,
+    key: &'static str,
+    rule: Rule,
+    stop: Arc<AtomicBool>,
+) -> thread::JoinHandle<BTreeMap<u64, u64>> {
+    thread::spawn(move || {
+        let mut seen = BTreeMap::new();
+        loop {
+            let done = stop.load(Ordering::SeqCst);
+            for (t, c) in store.admissions(key, rule).unwrap_or_default() {
+                let entry = seen.entry(t).or_insert(0);
+                *entry = (*entry).max(c);
+            }
+            if done {
+                return seen;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
+#[test]
+fn eight_threads_on_one_key_never_exceed_the_limit_in_any_window() {
+    let rule = Rule::parse("200/1s").unwrap();
+    let store = MemoryStore::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch(store.clone(), "hot", rule, Arc::clone(&stop));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_millis(2500);
+    let workers: Vec<_> = (0..8)
+        .map(|i| {
+            let (store, admitted) = (store.clone(), Arc::clone(&admitted));
+            thread::spawn(move || {
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let cost = 1 + (n + i) % 3;
+                    if store.acquire("hot", &[rule], cost).unwrap().allowed() {
+                        admitted.fetch_add(cost, Ordering::Relaxed);
+                    }
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let seen = watcher.join().unwrap();
+    let total: u64 = seen.values().sum();
+    assert_eq!(
+        total,
+        admitted.load(Ordering::Relaxed),
+        "every admission was observed"
+    );
+    assert!(
+        total > 400,
+        "the run spanned several windows ({total} admitted)"
+    );
+    let worst = max_in_any_window(&seen, rule.window_micros());
+    assert!(worst <= rule.limit(), "{worst} admitted in one window");
+    assert_eq!(worst, rule.limit(), "the limit was reached");
+}
+
+#[test]
+fn batches_over_shared_keys_stay_exact_while_sweeping() {
+    let rule = Rule::parse("50/200ms").unwrap();
+    let store: MemoryStore = MemoryStore::builder()
+        .sweep_interval(Some(Duration::from_millis(1)))
+        .shards(2)
+        .build();
+    let keys = ["a", "b", "c", "d"];
+    let stop = Arc::new(AtomicBool::new(false));
+    let watchers: Vec<_> = keys
+        .iter()
+        .map(|k| (k, watch(store.clone(), k, rule, Arc::clone(&stop))))
+        .collect();
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new(keys.iter().map(|_| AtomicU64::new(0)).collect());
+    let deadline = Instant::now() + Duration::from_millis(2000);
+    let workers: Vec<_> = (0..8usize)
+        .map(|i| {
+            let (store, admitted) = (store.clone(), Arc::clone(&admitted));
+            thread::spawn(move || {
+                let mut n = 0usize;
+                while Instant::now() < deadline {
+                    // Different key orders in different threads.
+                    let (x, y) = ((i + n) % 4, (i * 3 + n + 1) % 4);
+                    let hits = [Hit::new(keys[x], rule, 1), Hit::new(keys[y], rule, 1)];
+                    let ds = store.acquire_batch(&hits).unwrap();
+                    if ds.iter().all(|d| d.allowed()) {
+                        admitted[x].fetch_add(1, Ordering::Relaxed);
+                        admitted[y].fetch_add(1, Ordering::Relaxed);
+                    }
+                    n += 1;
+                    if n % 64 == 0 {
+                        // Let windows expire now and then, so keys go idle and get swept.
+                        thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    stop.store(true, Ordering::SeqCst);
+    for (i, (key, watcher)) in watchers.into_iter().enumerate() {
+        let seen = watcher.join().unwrap();
+        let total: u64 = seen.values().sum();
+        assert_eq!(
+            total,
+            admitted[i].load(Ordering::Relaxed),
+            "key {key}: every admission observed"
+        );
+        let worst = max_in_any_window(&seen, rule.window_micros());
+        assert!(worst <= rule.limit(), "key {key}: {worst} in one window");
+    }
+}

@@ -1,0 +1,144 @@
+//! The memory store against the reference models, decision by decision,
+//! every field, on random sequences of clock advances, keys, costs,
+//! multi-rule calls, batches, sweeps and resets.
+
+mod common;
+
+use std::time::Duration;
+
+use common::reference::Reference;
+use proptest::prelude::*;
+use slidegate::clock::ManualClock;
+use slidegate::{Algorithm, Hit, MemoryStore, Rate, Rule};
+
+const KEYS: [&str; 3] = ["alice", "bob", "{tag}:carol"];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Advance(u64),
+    /// Exactly one window of a rule, plus -1, 0 or +1 µs: lands on boundaries.
+    AdvanceWindow(usize, i8),
+    Acquire {
+        key: usize,
+        rules: Vec<usize>,
+        cost: Cost,
+    },
+    Batch(Vec<(usize, usize, Cost)>),
+    Sweep,
+    Reset(usize),
+}
+
+/// A cost relative to the rule's limit, so every rule sees probes, small
+/// costs, its whole limit and too much.
+#[derive(Clone, Copy, Debug)]
+enum Cost {
+    Fixed(u64),
+    Limit,
+    AboveLimit,
+    Fraction(u8),
+}
+
+impl Cost {
+    fn resolve(self, limit: u64) -> u64 {
+        match self {
+            Cost::Fixed(c) => c,
+            Cost::Limit => limit,
+            Cost::AboveLimit => limit + 1,
+            Cost::Fraction(f) => (limit * f as u64 / 255).max(1),
+        }
+    }
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    let limit = prop_oneof![4 => 1u64..=8, 1 => Just(100u64), 1 => Just(1_000_000_000u64)];
+    let window_us = prop_oneof![1_000u64..=5_000, 1_000u64..=3_000_000, Just(1_000_000u64)];
+    let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
+    (limit, window_us, algorithm).prop_map(|(l, w, a)| {
+        Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate")).with_algorithm(a)
+    })
+}
+
+fn cost() -> impl Strategy<Value = Cost> {
+    prop_oneof![
+        6 => (0u64..=3).prop_map(Cost::Fixed),
+        1 => Just(Cost::Limit),
+        1 => Just(Cost::AboveLimit),
+        2 => any::<u8>().prop_map(Cost::Fraction),
+    ]
+}
+
+fn op(rules: usize) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => prop_oneof![Just(0u64), 0u64..2_000, 0u64..4_000_000].prop_map(Op::Advance),
+        2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::AdvanceWindow(r, d)),
+        6 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost())
+            .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
+        2 => prop::collection::vec((0..KEYS.len(), 0..rules, cost()), 1..=4).prop_map(Op::Batch),
+        1 => Just(Op::Sweep),
+        1 => (0..KEYS.len()).prop_map(Op::Reset),
+    ]
+}
+
+fn scenario() -> impl Strategy<Value = (u64, Vec<Rule>, Vec<Op>)> {
+    let start = prop_oneof![Just(0u64), 0u64..10_000_000, Just(1_763_800_000_000_000u64)];
+    (start, prop::collection::vec(rule(), 1..=4)).prop_flat_map(|(start, rules)| {
+        let n = rules.len();
+        (
+            Just(start),
+            Just(rules),
+            prop::collection::vec(op(n), 1..150),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn memory_store_decides_like_the_reference((start, rules, ops) in scenario()) {
+        let clock = ManualClock::at(start);
+        let store: MemoryStore<String, ManualClock> =
+            MemoryStore::builder().clock(clock.clone()).sweep_interval(None).build();
+        let mut reference = Reference::default();
+        for (step, op) in ops.iter().enumerate() {
+            match op {
+                Op::Advance(us) => clock.advance(Duration::from_micros(*us)),
+                Op::AdvanceWindow(r, delta) => {
+                    let us = rules[*r].window_micros().saturating_add_signed(*delta as i64);
+                    clock.advance(Duration::from_micros(us));
+                }
+                Op::Acquire { key, rules: chosen, cost } => {
+                    let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
+                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let c = cost.resolve(limit);
+                    let got = store.acquire(KEYS[*key], &rs, c);
+                    let want = reference.acquire(clock_now(&clock), KEYS[*key], &rs, c);
+                    prop_assert_eq!(got, want, "step {} {:?}", step, op);
+                }
+                Op::Batch(hits) => {
+                    let resolved: Vec<(String, Rule, u64)> = hits
+                        .iter()
+                        .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].limit())))
+                        .collect();
+                    let batch: Vec<Hit<'_>> =
+                        resolved.iter().map(|(k, r, c)| Hit::new(k.as_str(), *r, *c)).collect();
+                    let got = store.acquire_batch(&batch);
+                    let want = reference.acquire_batch(clock_now(&clock), &resolved);
+                    prop_assert_eq!(got, want, "step {} {:?}", step, op);
+                }
+                Op::Sweep => {
+                    store.sweep();
+                }
+                Op::Reset(key) => {
+                    store.reset(KEYS[*key]);
+                    reference.reset(KEYS[*key]);
+                }
+            }
+        }
+    }
+}
+
+fn clock_now(clock: &ManualClock) -> u64 {
+    use slidegate::clock::Clock;
+    clock.now_micros()
+}
