@@ -122,7 +122,7 @@ fn batches_over_shared_keys_stay_exact_while_sweeping() {
                         admitted[y].fetch_add(1, Ordering::Relaxed);
                     }
                     n += 1;
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         // Let windows expire now and then, so keys go idle and get swept.
                         thread::sleep(Duration::from_millis(1));
                     }

@@ -32,12 +32,29 @@ struct Entry {
 }
 
 /// The state of one sliding log.
+///
+/// Besides the entries, it keeps their summary inline (oldest and newest
+/// time, running totals) and the deadline of the last denial, so that the
+/// common calls (a denial of a key under attack, an admission that drops
+/// nothing) never touch the entry buffer: what makes a large number of busy
+/// keys cheap. The cached denial is exact: until its deciding entry
+/// expires, the same cost cannot pass, and any admission clears it.
 #[derive(Clone, Debug, Default)]
+#[repr(C)] // the summary first: what most calls read, in one cache line
 pub struct SlidingLog {
-    entries: VecDeque<Entry>,
-    /// The running total just before the first entry (of the last entry
-    /// dropped).
+    /// Time of the first entry (meaningless when empty).
+    oldest_at: u64,
+    /// Time of the last entry (meaningless when empty).
+    newest_at: u64,
+    /// Running total of the last entry (0 when empty).
+    newest_total: u64,
+    /// Running total just before the first entry.
     dropped_total: u64,
+    /// Cost (as asked) of the last denial, 0 when none is cached.
+    denied_cost: u64,
+    /// When a request of `denied_cost` passes again.
+    denied_until: u64,
+    entries: VecDeque<Entry>,
 }
 
 impl SlidingLog {
@@ -66,53 +83,79 @@ impl SlidingLog {
         })
     }
 
-    fn newest(&self) -> Option<Entry> {
-        self.entries.back().copied()
-    }
-
     /// `now`, or the newest entry's time if the clock is behind it.
+    /// Empty iff the totals are equal: every entry costs at least 1, and
+    /// an emptied log starts over from zero. Reads no entry.
+    #[inline]
+    fn holds_nothing(&self) -> bool {
+        self.newest_total == self.dropped_total
+    }
+
+    #[inline]
     fn effective_now(&self, now: u64) -> u64 {
-        self.newest().map_or(now, |e| e.at.max(now))
+        if self.holds_nothing() {
+            now
+        } else {
+            self.newest_at.max(now)
+        }
     }
 
+    #[inline]
     fn usage(&self) -> u64 {
-        self.newest()
-            .map_or(0, |newest| newest.total - self.dropped_total)
+        self.newest_total - self.dropped_total
     }
 
+    #[inline]
     fn drop_expired(&mut self, window: u64, t: u64) {
-        let mut dropped = false;
+        if self.holds_nothing() || self.oldest_at.saturating_add(window) >= t {
+            return;
+        }
         while let Some(oldest) = self.entries.front() {
             if oldest.at.saturating_add(window) >= t {
+                self.oldest_at = oldest.at;
                 break;
             }
             self.dropped_total = oldest.total;
             self.entries.pop_front();
-            dropped = true;
         }
-        if dropped {
-            if self.entries.is_empty() {
-                self.dropped_total = 0;
-            }
-            // Memory follows the entries inside the window, not the peak.
-            let (len, cap) = (self.entries.len(), self.entries.capacity());
-            if cap > 64 && cap > 4 * len {
-                self.entries.shrink_to(2 * len);
-            }
+        if self.entries.is_empty() {
+            *self = SlidingLog {
+                entries: std::mem::take(&mut self.entries),
+                ..SlidingLog::default()
+            };
         }
+        // Memory follows the entries inside the window, not the peak.
+        let (len, cap) = (self.entries.len(), self.entries.capacity());
+        if cap > 64 && cap > 4 * len {
+            self.entries.shrink_to(2 * len);
+        }
+    }
+
+    /// When a request of `asked` passes, if nothing else is admitted.
+    fn pass_time(&self, window: u64, asked: u64, limit: u64) -> u64 {
+        // The request passes once the entries up to the first one whose
+        // running total reaches `target` have expired.
+        let target = self.newest_total + asked - limit;
+        let k = self.entries.partition_point(|e| e.total < target);
+        self.entries
+            .get(k)
+            .map_or(0, |deciding| deciding.at + window + 1)
     }
 }
 
 impl Meter for SlidingLog {
+    #[inline]
     fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
         let (limit, window) = (rate.limit(), rate.window_micros());
         let t = self.effective_now(now);
         self.drop_expired(window, t);
         let usage = self.usage();
         let asked = cost.max(1);
-        let reset_now = self
-            .newest()
-            .map_or(0, |newest| until(newest.at + window + 1, now));
+        let reset_now = if self.holds_nothing() {
+            0
+        } else {
+            until(self.newest_at + window + 1, now)
+        };
         if usage + asked <= limit {
             return if cost == 0 {
                 Decision::from_parts(true, limit, limit - usage, 0, reset_now)
@@ -126,15 +169,11 @@ impl Meter for SlidingLog {
                 )
             };
         }
-        // The request passes once the entries up to the first one whose
-        // running total reaches `target` have expired.
-        let newest_total = self.newest().map_or(0, |e| e.total);
-        let target = newest_total + asked - limit;
-        let k = self.entries.partition_point(|e| e.total < target);
-        let retry_after = self
-            .entries
-            .get(k)
-            .map_or(0, |deciding| until(deciding.at + window + 1, now));
+        if asked != self.denied_cost || t >= self.denied_until {
+            self.denied_until = self.pass_time(window, asked, limit);
+            self.denied_cost = asked;
+        }
+        let retry_after = until(self.denied_until, now);
         Decision::from_parts(
             false,
             limit,
@@ -144,20 +183,29 @@ impl Meter for SlidingLog {
         )
     }
 
+    #[inline]
     fn record(&mut self, _rate: Rate, now: u64, cost: u64) {
         let t = self.effective_now(now);
+        let was_empty = self.holds_nothing();
+        self.denied_cost = 0;
+        self.newest_total += cost;
         match self.entries.back_mut() {
-            Some(newest) if newest.at == t => newest.total += cost,
-            newest => {
-                let total = newest.map_or(self.dropped_total, |e| e.total) + cost;
-                self.entries.push_back(Entry { at: t, total });
+            Some(newest) if !was_empty && self.newest_at == t => newest.total = self.newest_total,
+            _ => {
+                if was_empty {
+                    self.oldest_at = t;
+                }
+                self.entries.push_back(Entry {
+                    at: t,
+                    total: self.newest_total,
+                });
             }
         }
+        self.newest_at = t;
     }
 
     fn is_idle(&self, rate: Rate, now: u64) -> bool {
-        self.newest()
-            .is_none_or(|newest| newest.at.saturating_add(rate.window_micros()) < now)
+        self.holds_nothing() || self.newest_at.saturating_add(rate.window_micros()) < now
     }
 }
 

@@ -1,9 +1,10 @@
 //! The in-process store: a sharded concurrent map from key to the states of
 //! its rules.
 //!
-//! - **Hot path**: one hash lookup under a shard *read* lock, then the key's
-//!   own mutex. No global lock; different keys never wait for each other
-//!   unless they share a shard with a key being inserted.
+//! - **Hot path**: one hash lookup under the key's shard lock (one of 128
+//!   by default), one algorithm step. No global lock: keys in different
+//!   shards never wait for each other. Batches over several keys hold their
+//!   shards' read locks and lock the keys one by one, in address order.
 //! - **Exactness**: a key is only ever removed under its shard's write lock,
 //!   which waits for every decision in flight on that shard, and only when
 //!   all its states are idle (equivalent to fresh ones). So sweeping never
@@ -271,7 +272,7 @@ where
         }
     }
 
-    fn insert_key<Q>(&self, key: &Q, now: u64) -> Result<dashmap::mapref::one::Ref<'_, K, Slot>>
+    fn insert_key<Q>(&self, key: &Q, now: u64) -> Result<dashmap::mapref::one::RefMut<'_, K, Slot>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -284,7 +285,7 @@ where
                 entry.insert(Slot::default())
             }
         };
-        Ok(slot.downgrade())
+        Ok(slot)
     }
 }
 
@@ -304,14 +305,16 @@ where
         check_cost(rules, cost)?;
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
-        if let Some(slot) = inner.map.get(key) {
-            return decide_key(&mut slot.states.lock(), rules, now, cost);
+        // The shard's write lock makes the key's mutex unnecessary here:
+        // batches, which lock keys one by one, hold the shard's read lock.
+        if let Some(mut slot) = inner.map.get_mut(key) {
+            return decide_key(slot.states.get_mut(), rules, now, cost);
         }
         if cost == 0 {
             return decide_key(&mut KeyStates::default(), rules, now, 0);
         }
-        let slot = inner.insert_key(key, now)?;
-        decide_key(&mut slot.states.lock(), rules, now, cost)
+        let mut slot = inner.insert_key(key, now)?;
+        decide_key(slot.states.get_mut(), rules, now, cost)
     }
 
     /// The state of `key` under `rules`, consuming nothing.

@@ -19,7 +19,10 @@ pub(crate) struct Slot {
 #[derive(Debug, Default)]
 pub(crate) struct KeyStates {
     first: Option<(Rule, State)>,
-    rest: Vec<(Rule, State)>,
+    /// Boxed: rare, and one pointer (not a 24-byte `Vec`) keeps the common
+    /// slot small enough to stay in cache with many keys.
+    #[allow(clippy::box_collection)]
+    rest: Option<Box<Vec<(Rule, State)>>>,
 }
 
 impl KeyStates {
@@ -28,6 +31,7 @@ impl KeyStates {
             Some((r, _)) if *r == rule => Some(0),
             Some(_) => self
                 .rest
+                .as_ref()?
                 .iter()
                 .position(|(r, _)| *r == rule)
                 .map(|i| i + 1),
@@ -39,7 +43,7 @@ impl KeyStates {
         if index == 0 {
             self.first.as_mut().map(|(_, s)| s)
         } else {
-            self.rest.get_mut(index - 1).map(|(_, s)| s)
+            self.rest.as_mut()?.get_mut(index - 1).map(|(_, s)| s)
         }
     }
 
@@ -53,8 +57,9 @@ impl KeyStates {
                     .1;
             }
             None => {
-                self.rest.push((rule, State::new(rule.algorithm())));
-                self.rest.len()
+                let rest = self.rest.get_or_insert_with(Box::default);
+                rest.push((rule, State::new(rule.algorithm())));
+                rest.len()
             }
         };
         match self.state_at(index) {
@@ -88,12 +93,16 @@ impl KeyStates {
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &(Rule, State)> {
-        self.first.iter().chain(self.rest.iter())
+        self.first
+            .iter()
+            .chain(self.rest.iter().flat_map(|rest| rest.iter()))
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.rest.capacity() * std::mem::size_of::<(Rule, State)>()
-            + self.iter().map(|(_, s)| s.heap_bytes()).sum::<usize>()
+        self.rest.as_ref().map_or(0, |rest| {
+            std::mem::size_of::<Vec<(Rule, State)>>()
+                + rest.capacity() * std::mem::size_of::<(Rule, State)>()
+        }) + self.iter().map(|(_, s)| s.heap_bytes()).sum::<usize>()
     }
 }
 
