@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The one test command: formatting, lints and every test of the workspace,
+# including those that start real redis-server processes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_redis() {
+  command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1
+}
+
+if ! need_redis; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing redis-server (Debian package) for the Redis tests"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "error: the tests need redis-server and redis-cli on PATH." >&2
+    echo "       Debian/Ubuntu: sudo apt-get install redis-server   macOS: brew install redis" >&2
+    exit 1
+  fi
+fi
+
+echo "==> cargo fmt --check"
+cargo fmt --all -- --check
+
+echo "==> cargo clippy"
+cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+echo "==> cargo test"
+cargo test --workspace --all-features
