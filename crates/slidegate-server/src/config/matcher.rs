@@ -1,0 +1,198 @@
+//! Finding the limit of a request descriptor in a domain's tree.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::Limit;
+use super::yaml::DescriptorSpec;
+
+/// One level of descriptors: exact `key`/`value` pairs, wildcard values
+/// (in file order) and key-only defaults.
+#[derive(Debug, Default)]
+pub(crate) struct Level {
+    nodes: Vec<Node>,
+    exact: HashMap<(String, String), usize>,
+    defaults: HashMap<String, usize>,
+    wildcards: Vec<usize>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Node {
+    key: String,
+    /// The configured value: a literal, or a pattern with `*` anywhere.
+    value: Option<String>,
+    limit: Option<Arc<Limit>>,
+    share_threshold: bool,
+    value_to_metric: bool,
+    children: Level,
+}
+
+impl Node {
+    pub(crate) fn new(spec: &DescriptorSpec, limit: Option<Arc<Limit>>, children: Level) -> Node {
+        Node {
+            key: spec.key.clone(),
+            value: spec.value.clone(),
+            limit,
+            share_threshold: spec.share_threshold,
+            value_to_metric: spec.value_to_metric,
+            children,
+        }
+    }
+
+    fn is_wildcard(&self) -> bool {
+        self.value.as_deref().is_some_and(|v| v.contains('*'))
+    }
+}
+
+impl Level {
+    pub(crate) fn contains(&self, key: &str, value: Option<&str>) -> bool {
+        match value {
+            Some(v) => {
+                self.exact.contains_key(&(key.to_owned(), v.to_owned()))
+                    || self.wildcards.iter().any(|&i| {
+                        self.nodes[i].key == key && self.nodes[i].value.as_deref() == Some(v)
+                    })
+            }
+            None => self.defaults.contains_key(key),
+        }
+    }
+
+    pub(crate) fn insert(&mut self, node: Node) {
+        let index = self.nodes.len();
+        match &node.value {
+            None => {
+                self.defaults.insert(node.key.clone(), index);
+            }
+            Some(_) if node.is_wildcard() => self.wildcards.push(index),
+            Some(value) => {
+                self.exact.insert((node.key.clone(), value.clone()), index);
+            }
+        }
+        self.nodes.push(node);
+    }
+
+    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+        let index = self
+            .exact
+            .get(&(key.to_owned(), value.to_owned()))
+            .or_else(|| {
+                self.wildcards.iter().find(|&&i| {
+                    let node = &self.nodes[i];
+                    node.key == key && node.value.as_deref().is_some_and(|p| glob(p, value))
+                })
+            })
+            .or_else(|| self.defaults.get(key))?;
+        self.nodes.get(*index)
+    }
+}
+
+/// A request descriptor's limit and the names it is counted and reported under.
+#[derive(Debug, Clone)]
+pub struct Matched<'a> {
+    /// The limit.
+    pub limit: &'a Arc<Limit>,
+    /// The store key of its counter: the domain and each entry, with the
+    /// wildcard pattern in place of the value where `share_threshold` makes
+    /// every matching value share one counter. Components are escaped so
+    /// distinct descriptors never share a key.
+    pub counter_key: String,
+    /// The name its metrics are reported under (envoyproxy/ratelimit's
+    /// stats key, with values where `detailed_metric`/`value_to_metric` ask).
+    pub metric_key: String,
+}
+
+pub(crate) fn lookup<'a>(
+    root: &'a Level,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> Option<Matched<'a>> {
+    let mut level = root;
+    let mut counter_key = escape(domain);
+    let mut metric_key = domain.to_owned();
+    let mut found = None;
+    for (i, (key, value)) in entries.iter().enumerate() {
+        let node = level.find(key, value)?;
+        let counted_value = if node.share_threshold {
+            node.value.as_deref().unwrap_or(value)
+        } else {
+            value
+        };
+        counter_key.push('|');
+        counter_key.push_str(&escape(key));
+        counter_key.push('=');
+        counter_key.push_str(&escape(counted_value));
+        metric_key.push('.');
+        metric_key.push_str(&node.key);
+        let shown = match node.value.as_deref() {
+            Some(_) if node.is_wildcard() && node.value_to_metric && !node.share_threshold => {
+                Some(*value)
+            }
+            Some(configured) => Some(configured),
+            None => None,
+        };
+        if let Some(shown) = shown {
+            metric_key.push('_');
+            metric_key.push_str(shown);
+        }
+        let last = i + 1 == entries.len();
+        if last {
+            if let Some(limit) = &node.limit {
+                if limit.detailed_metric && node.value.is_none() {
+                    metric_key.push('_');
+                    metric_key.push_str(value);
+                }
+                found = Some(limit);
+            }
+        }
+        if node.children.nodes.is_empty() {
+            break;
+        }
+        level = &node.children;
+    }
+    found.map(|limit| Matched {
+        limit,
+        counter_key,
+        metric_key,
+    })
+}
+
+/// `*` matches any run of characters (possibly empty); everything else
+/// matches itself.
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
+    let (mut pi, mut ti) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && p[pi] == b'*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if pi < p.len() && p[pi] == t[ti] {
+            pi += 1;
+            ti += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == b'*')
+}
+
+/// Escapes the characters that separate key components, and braces (Redis
+/// hash tags), so that any descriptor text makes a distinct, valid key.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '|' => out.push_str("%7C"),
+            '=' => out.push_str("%3D"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -1,0 +1,373 @@
+//! Rate limit rules in envoyproxy/ratelimit's YAML format, so existing
+//! configs load unchanged, with two slidegate extensions inside
+//! `rate_limit`: `window` (any duration, in place of `unit`) and
+//! `algorithm` (`sliding_log` by default).
+//!
+//! ```yaml
+//! domain: api
+//! descriptors:
+//!   - key: path
+//!     value: /login
+//!     rate_limit: {requests_per_unit: 5, window: 250ms, algorithm: sliding_log}
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use slidegate::{Rate, Rule};
+
+mod matcher;
+mod yaml;
+
+pub use matcher::Matched;
+use matcher::{Level, Node};
+use yaml::{DescriptorSpec, FileSpec};
+
+/// A config file that could not be loaded, with where and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file's name.
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<u64>,
+    /// 1-based column, when known.
+    pub column: Option<u64>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.column) {
+            (Some(line), Some(column)) => {
+                write!(f, "{}:{line}:{column}: {}", self.file, self.message)
+            }
+            _ => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The time unit of a limit, as envoyproxy/ratelimit names them, or a
+/// window of any length (slidegate's `window`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// 1 s.
+    Second,
+    /// 60 s.
+    Minute,
+    /// 3600 s.
+    Hour,
+    /// 86400 s.
+    Day,
+    /// 7 days.
+    Week,
+    /// 30 days, as envoyproxy/ratelimit counts a month.
+    Month,
+    /// 365 days.
+    Year,
+    /// A `window` that is not one of the units above.
+    Window(Duration),
+}
+
+impl Unit {
+    fn parse(text: &str) -> Option<Unit> {
+        Some(match text.to_ascii_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
+            _ => return None,
+        })
+    }
+
+    /// A window expressed as a unit when it is exactly one.
+    fn of_window(window: Duration) -> Unit {
+        [
+            Unit::Second,
+            Unit::Minute,
+            Unit::Hour,
+            Unit::Day,
+            Unit::Week,
+            Unit::Month,
+            Unit::Year,
+        ]
+        .into_iter()
+        .find(|u| u.duration() == window)
+        .unwrap_or(Unit::Window(window))
+    }
+
+    /// The unit's length.
+    pub fn duration(self) -> Duration {
+        const DAY: u64 = 86_400;
+        Duration::from_secs(match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
+            Unit::Window(w) => return w,
+        })
+    }
+}
+
+/// What a matched limit does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Enforcement {
+    /// `unlimited: true`: always OK, nothing counted.
+    Unlimited,
+    /// `requests_per_unit: 0`: always over the limit, nothing counted.
+    Blocked,
+    /// Counted by the store under this rule.
+    Rule(Rule),
+}
+
+/// One configured limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Limit {
+    /// What it does.
+    pub enforcement: Enforcement,
+    /// Requests per unit, as configured.
+    pub requests_per_unit: u64,
+    /// The unit (or window), as configured.
+    pub unit: Unit,
+    /// `name`, for `replaces`.
+    pub name: Option<String>,
+    /// Names of the limits this one replaces when both match one request.
+    pub replaces: Vec<String>,
+    /// Counted and reported, never enforced.
+    pub shadow_mode: bool,
+    /// A soft quota: counted, reported in the response's metadata, never enforced.
+    pub quota_mode: bool,
+    /// Metrics carry the descriptor's value.
+    pub detailed_metric: bool,
+    /// envoyproxy/ratelimit's stats key: `domain.key_value.subkey`.
+    pub full_key: String,
+}
+
+/// Every domain's rules, ready to match requests against.
+#[derive(Debug, Default)]
+pub struct RateLimitConfig {
+    domains: HashMap<String, Level>,
+}
+
+/// How to load several files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Merge a domain split over several files (envoyproxy/ratelimit's
+    /// `MERGE_DOMAIN_CONFIG`); otherwise a domain in two files is an error.
+    pub merge_domains: bool,
+}
+
+impl RateLimitConfig {
+    /// Loads config files and directories (every `.yaml`/`.yml` file in a
+    /// directory, by name, skipping hidden ones such as Kubernetes'
+    /// `..data`).
+    pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<RateLimitConfig, ConfigError> {
+        let mut sources = Vec::new();
+        for path in paths {
+            for file in config_files(path)? {
+                let text = std::fs::read_to_string(&file).map_err(|e| ConfigError {
+                    file: file.display().to_string(),
+                    line: None,
+                    column: None,
+                    message: format!("error loading config file: {e}"),
+                })?;
+                sources.push((file.display().to_string(), text));
+            }
+        }
+        RateLimitConfig::from_sources(&sources, options)
+    }
+
+    /// Loads configs given as `(name, text)` pairs.
+    pub fn from_sources(
+        sources: &[(String, String)],
+        options: LoadOptions,
+    ) -> Result<RateLimitConfig, ConfigError> {
+        let mut config = RateLimitConfig::default();
+        for (name, text) in sources {
+            let file = yaml::parse_file(name, text)?;
+            config.add_file(name, file, options)?;
+        }
+        Ok(config)
+    }
+
+    fn add_file(
+        &mut self,
+        name: &str,
+        file: FileSpec,
+        options: LoadOptions,
+    ) -> Result<(), ConfigError> {
+        let error = |message: String| ConfigError {
+            file: name.to_owned(),
+            line: None,
+            column: None,
+            message,
+        };
+        if file.domain.is_empty() {
+            return Err(error("config file cannot have empty domain".into()));
+        }
+        if self.domains.contains_key(&file.domain) && !options.merge_domains {
+            return Err(error(format!(
+                "duplicate domain '{}' in config file",
+                file.domain
+            )));
+        }
+        let level = self.domains.entry(file.domain.clone()).or_default();
+        add_descriptors(name, level, &format!("{}.", file.domain), &file.descriptors)
+    }
+
+    /// The domains configured.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// The limit of one request descriptor (its `key`/`value` entries), as
+    /// envoyproxy/ratelimit finds it: level by level, an exact `key_value`
+    /// first, then a wildcard value, then the key alone; a limit applies
+    /// only at the descriptor's own depth.
+    pub fn lookup<'a>(&'a self, domain: &str, entries: &[(&str, &str)]) -> Option<Matched<'a>> {
+        matcher::lookup(self.domains.get(domain)?, domain, entries)
+    }
+
+    /// True when `domain` is configured.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+}
+
+fn add_descriptors(
+    file: &str,
+    level: &mut Level,
+    parent_key: &str,
+    specs: &[DescriptorSpec],
+) -> Result<(), ConfigError> {
+    for spec in specs {
+        let error = |message: String| ConfigError {
+            file: file.to_owned(),
+            line: (spec.line > 0).then_some(spec.line),
+            column: (spec.line > 0).then_some(spec.column),
+            message,
+        };
+        if spec.key.is_empty() {
+            return Err(error("descriptor has empty key".into()));
+        }
+        let final_key = match &spec.value {
+            Some(value) => format!("{}_{value}", spec.key),
+            None => spec.key.clone(),
+        };
+        let full_key = format!("{parent_key}{final_key}");
+        if level.contains(&spec.key, spec.value.as_deref()) {
+            return Err(error(format!(
+                "duplicate descriptor composite key '{full_key}'"
+            )));
+        }
+        let limit = spec
+            .rate_limit
+            .as_ref()
+            .map(|rl| limit_of(rl, spec, &full_key).map_err(&error))
+            .transpose()?;
+        let mut children = Level::default();
+        add_descriptors(
+            file,
+            &mut children,
+            &format!("{full_key}."),
+            &spec.descriptors,
+        )?;
+        level.insert(Node::new(spec, limit.map(Arc::new), children));
+    }
+    Ok(())
+}
+
+fn limit_of(
+    rl: &yaml::RateLimitSpec,
+    spec: &DescriptorSpec,
+    full_key: &str,
+) -> Result<Limit, String> {
+    let unit = rl.unit.as_deref().filter(|u| !u.is_empty());
+    let parsed_unit = unit.and_then(Unit::parse);
+    if rl.unlimited {
+        if parsed_unit.is_some() || rl.window.is_some() {
+            return Err("should not specify rate limit unit when unlimited".into());
+        }
+    } else if rl.window.is_some() && unit.is_some() {
+        return Err("specify either 'unit' or 'window', not both".into());
+    } else if rl.window.is_none() && parsed_unit.is_none() {
+        return Err(format!(
+            "invalid rate limit unit '{}'",
+            unit.unwrap_or_default()
+        ));
+    }
+    for replaced in &rl.replaces {
+        if replaced.is_empty() {
+            return Err("should not have an empty replaces entry".into());
+        }
+        if rl.name.as_deref() == Some(replaced.as_str()) {
+            return Err("replaces should not contain name of same descriptor".into());
+        }
+    }
+    let unit = match (rl.window, parsed_unit) {
+        (Some(window), _) => Unit::of_window(window),
+        (None, Some(unit)) => unit,
+        (None, None) => Unit::Second,
+    };
+    let enforcement = if rl.unlimited {
+        Enforcement::Unlimited
+    } else if rl.requests_per_unit == 0 {
+        Enforcement::Blocked
+    } else {
+        let rate = Rate::new(rl.requests_per_unit, unit.duration()).map_err(|e| e.to_string())?;
+        Enforcement::Rule(Rule::new(rate).with_algorithm(rl.algorithm))
+    };
+    Ok(Limit {
+        enforcement,
+        requests_per_unit: rl.requests_per_unit,
+        unit,
+        name: rl.name.clone(),
+        replaces: rl.replaces.clone(),
+        shadow_mode: spec.shadow_mode,
+        quota_mode: spec.quota_mode,
+        detailed_metric: spec.detailed_metric,
+        full_key: full_key.to_owned(),
+    })
+}
+
+/// The files a `--config` path stands for.
+fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let unreadable = |e: std::io::Error| ConfigError {
+        file: path.display().to_string(),
+        line: None,
+        column: None,
+        message: format!("error loading config file: {e}"),
+    };
+    if !path.is_dir() {
+        // Reading reports a missing file.
+        return Ok(vec![path.to_owned()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(unreadable)? {
+        let file = entry.map_err(unreadable)?.path();
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
+        if yaml && !name.starts_with('.') && file.is_file() {
+            files.push(file);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,419 @@
+//! Reading one config file: YAML into a generic tree that keeps every
+//! node's line and column, checked key by key as envoyproxy/ratelimit
+//! checks it, then turned into typed descriptors.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_saphyr::{Location, Spanned};
+use slidegate::Algorithm;
+
+use super::ConfigError;
+
+/// Every key a config file may use. `metadata` holds free-form data that
+/// is not checked.
+const VALID_KEYS: &[&str] = &[
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "quota_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+    // slidegate's extensions, inside `rate_limit`:
+    "window",
+    "algorithm",
+];
+
+/// A YAML node, as written.
+#[derive(Debug, Clone)]
+enum Yaml {
+    Null,
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Str(String),
+    Seq(Vec<Node>),
+    Map(Vec<(Node, Node)>),
+}
+
+type Node = Spanned<Yaml>;
+
+impl<'de> Deserialize<'de> for Yaml {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(YamlVisitor)
+    }
+}
+
+struct YamlVisitor;
+
+impl<'de> Visitor<'de> for YamlVisitor {
+    type Value = Yaml;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+    fn visit_none<E: de::Error>(self) -> Result<Yaml, E> {
+        Ok(Yaml::Null)
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Yaml, D::Error> {
+        Yaml::deserialize(d)
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Yaml, E> {
+        Ok(Yaml::Bool(v))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Yaml, E> {
+        Ok(Yaml::Int(v.into()))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Yaml, E> {
+        Ok(Yaml::Int(v.into()))
+    }
+    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Yaml, E> {
+        Ok(Yaml::Int(v))
+    }
+    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Yaml, E> {
+        Ok(i128::try_from(v).map_or(Yaml::Float(v as f64), Yaml::Int))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Yaml, E> {
+        Ok(Yaml::Float(v))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Yaml, E> {
+        Ok(Yaml::Str(v.to_owned()))
+    }
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Yaml, E> {
+        Ok(Yaml::Str(v))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element::<Node>()? {
+            items.push(item);
+        }
+        Ok(Yaml::Seq(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
+        let mut entries = Vec::new();
+        while let Some(key) = map.next_key::<Node>()? {
+            let value = map.next_value::<Node>()?;
+            entries.push((key, value));
+        }
+        Ok(Yaml::Map(entries))
+    }
+}
+
+impl fmt::Display for Yaml {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Yaml::Null => f.write_str("null"),
+            Yaml::Bool(b) => write!(f, "{b}"),
+            Yaml::Int(i) => write!(f, "{i}"),
+            Yaml::Float(x) => write!(f, "{x}"),
+            Yaml::Str(s) => f.write_str(s),
+            Yaml::Seq(_) => f.write_str("a list"),
+            Yaml::Map(_) => f.write_str("a map"),
+        }
+    }
+}
+
+/// One file's content, typed.
+#[derive(Debug, Clone)]
+pub(crate) struct FileSpec {
+    pub domain: String,
+    pub descriptors: Vec<DescriptorSpec>,
+}
+
+/// One `descriptors` entry, typed but not yet checked against its siblings.
+#[derive(Debug, Clone)]
+pub(crate) struct DescriptorSpec {
+    pub key: String,
+    pub value: Option<String>,
+    pub rate_limit: Option<RateLimitSpec>,
+    pub descriptors: Vec<DescriptorSpec>,
+    pub shadow_mode: bool,
+    pub quota_mode: bool,
+    pub share_threshold: bool,
+    pub detailed_metric: bool,
+    pub value_to_metric: bool,
+    /// Where the descriptor starts, for error messages.
+    pub line: u64,
+    pub column: u64,
+}
+
+/// A `rate_limit` block, typed.
+#[derive(Debug, Clone)]
+pub(crate) struct RateLimitSpec {
+    pub unit: Option<String>,
+    pub window: Option<Duration>,
+    pub requests_per_unit: u64,
+    pub unlimited: bool,
+    pub name: Option<String>,
+    pub replaces: Vec<String>,
+    pub algorithm: Algorithm,
+}
+
+/// Parses and checks one file. `name` is used in error messages.
+pub(crate) fn parse_file(name: &str, text: &str) -> Result<FileSpec, ConfigError> {
+    let root: Node = if text.trim().is_empty() {
+        Spanned::new(Yaml::Null, Location::UNKNOWN, Location::UNKNOWN)
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| ConfigError {
+            file: name.to_owned(),
+            line: None,
+            column: None,
+            message: format!("error loading config file: {e}"),
+        })?
+    };
+    let reader = Reader { file: name };
+    match &root.value {
+        Yaml::Map(entries) => reader.check_keys(entries)?,
+        Yaml::Null => {}
+        other => {
+            return Err(reader.error(
+                &root,
+                format!("error loading config file: expected a map at the top, found {other}"),
+            ));
+        }
+    }
+    reader.file(&root)
+}
+
+struct Reader<'a> {
+    file: &'a str,
+}
+
+impl Reader<'_> {
+    fn error(&self, at: &Node, message: impl Into<String>) -> ConfigError {
+        let known = at.referenced.line() > 0;
+        ConfigError {
+            file: self.file.to_owned(),
+            line: known.then(|| at.referenced.line()),
+            column: known.then(|| at.referenced.column()),
+            message: message.into(),
+        }
+    }
+
+    /// envoyproxy/ratelimit's key check: every key a known string, every
+    /// list a list of maps, recursively (but not inside `metadata`).
+    fn check_keys(&self, entries: &[(Node, Node)]) -> Result<(), ConfigError> {
+        for (key, value) in entries {
+            let Yaml::Str(name) = &key.value else {
+                return Err(self.error(
+                    key,
+                    format!("config error, key is not of type string: {}", key.value),
+                ));
+            };
+            if !VALID_KEYS.contains(&name.as_str()) {
+                return Err(self.error(key, format!("config error, unknown key '{name}'")));
+            }
+            if name == "metadata" {
+                continue;
+            }
+            match &value.value {
+                Yaml::Seq(items) => {
+                    for item in items {
+                        let Yaml::Map(inner) = &item.value else {
+                            return Err(self.error(
+                                item,
+                                format!("config error, yaml file contains list of type other than map: {}", item.value),
+                            ));
+                        };
+                        self.check_keys(inner)?;
+                    }
+                }
+                Yaml::Map(inner) => self.check_keys(inner)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn file(&self, root: &Node) -> Result<FileSpec, ConfigError> {
+        let fields = Fields::of(root);
+        let domain = self
+            .string(fields.get("domain"), "domain")?
+            .unwrap_or_default();
+        let descriptors = self.descriptors(fields.get("descriptors"))?;
+        Ok(FileSpec {
+            domain,
+            descriptors,
+        })
+    }
+
+    fn descriptors(&self, node: Option<&Node>) -> Result<Vec<DescriptorSpec>, ConfigError> {
+        let Some(node) = node else {
+            return Ok(Vec::new());
+        };
+        match &node.value {
+            Yaml::Null => Ok(Vec::new()),
+            Yaml::Seq(items) => items.iter().map(|item| self.descriptor(item)).collect(),
+            other => Err(self.error(
+                node,
+                format!("'descriptors' must be a list of maps, found {other}"),
+            )),
+        }
+    }
+
+    fn descriptor(&self, node: &Node) -> Result<DescriptorSpec, ConfigError> {
+        let fields = Fields::of(node);
+        Ok(DescriptorSpec {
+            key: self.string(fields.get("key"), "key")?.unwrap_or_default(),
+            value: self
+                .string(fields.get("value"), "value")?
+                .filter(|v| !v.is_empty()),
+            rate_limit: fields
+                .get("rate_limit")
+                .map(|n| self.rate_limit(n))
+                .transpose()?,
+            descriptors: self.descriptors(fields.get("descriptors"))?,
+            shadow_mode: self.flag(fields.get("shadow_mode"), "shadow_mode")?,
+            quota_mode: self.flag(fields.get("quota_mode"), "quota_mode")?,
+            share_threshold: self.flag(fields.get("share_threshold"), "share_threshold")?,
+            detailed_metric: self.flag(fields.get("detailed_metric"), "detailed_metric")?,
+            value_to_metric: self.flag(fields.get("value_to_metric"), "value_to_metric")?,
+            line: node.referenced.line(),
+            column: node.referenced.column(),
+        })
+    }
+
+    fn rate_limit(&self, node: &Node) -> Result<RateLimitSpec, ConfigError> {
+        if !matches!(node.value, Yaml::Map(_) | Yaml::Null) {
+            return Err(self.error(
+                node,
+                format!("'rate_limit' must be a map, found {}", node.value),
+            ));
+        }
+        let fields = Fields::of(node);
+        let replaces = match fields.get("replaces") {
+            None => Vec::new(),
+            Some(list) => match &list.value {
+                Yaml::Null => Vec::new(),
+                Yaml::Seq(items) => items
+                    .iter()
+                    .map(|item| {
+                        Ok(self
+                            .string(Fields::of(item).get("name"), "name")?
+                            .unwrap_or_default())
+                    })
+                    .collect::<Result<_, ConfigError>>()?,
+                other => {
+                    return Err(self.error(
+                        list,
+                        format!("'replaces' must be a list of {{name: ...}}, found {other}"),
+                    ));
+                }
+            },
+        };
+        let window = match fields.get("window") {
+            None => None,
+            Some(w) => {
+                let text = self.string(Some(w), "window")?.unwrap_or_default();
+                Some(slidegate::rate::parse_window(&text).map_err(|_| {
+                    self.error(
+                        w,
+                        format!("invalid window '{text}' (expected e.g. 250ms, 90s, 1m, 1h)"),
+                    )
+                })?)
+            }
+        };
+        let algorithm = match fields.get("algorithm") {
+            None => Algorithm::SlidingLog,
+            Some(a) => {
+                let text = self.string(Some(a), "algorithm")?.unwrap_or_default();
+                text.parse()
+                    .map_err(|e: slidegate::Error| self.error(a, e.to_string()))?
+            }
+        };
+        Ok(RateLimitSpec {
+            unit: self.string(fields.get("unit"), "unit")?,
+            window,
+            requests_per_unit: self.count(fields.get("requests_per_unit"), "requests_per_unit")?,
+            unlimited: self.flag(fields.get("unlimited"), "unlimited")?,
+            name: self
+                .string(fields.get("name"), "name")?
+                .filter(|n| !n.is_empty()),
+            replaces,
+            algorithm,
+        })
+    }
+
+    /// A scalar read as text (numbers and booleans too, as YAML allows
+    /// `value: 200`).
+    fn string(&self, node: Option<&Node>, what: &str) -> Result<Option<String>, ConfigError> {
+        let Some(node) = node else { return Ok(None) };
+        match &node.value {
+            Yaml::Null => Ok(None),
+            Yaml::Str(s) => Ok(Some(s.clone())),
+            Yaml::Int(_) | Yaml::Float(_) | Yaml::Bool(_) => Ok(Some(node.value.to_string())),
+            other => Err(self.error(node, format!("'{what}' must be a string, found {other}"))),
+        }
+    }
+
+    fn flag(&self, node: Option<&Node>, what: &str) -> Result<bool, ConfigError> {
+        let Some(node) = node else { return Ok(false) };
+        match &node.value {
+            Yaml::Null => Ok(false),
+            Yaml::Bool(b) => Ok(*b),
+            other => Err(self.error(
+                node,
+                format!("'{what}' must be true or false, found {other}"),
+            )),
+        }
+    }
+
+    fn count(&self, node: Option<&Node>, what: &str) -> Result<u64, ConfigError> {
+        let Some(node) = node else { return Ok(0) };
+        match &node.value {
+            Yaml::Null => Ok(0),
+            Yaml::Int(i) if *i >= 0 && *i <= i128::from(slidegate::Rate::MAX_LIMIT) => {
+                Ok(*i as u64)
+            }
+            other => Err(self.error(
+                node,
+                format!(
+                    "'{what}' must be a whole number from 0 to {}, found {other}",
+                    slidegate::Rate::MAX_LIMIT
+                ),
+            )),
+        }
+    }
+}
+
+/// The fields of a map node by name (the last one wins on duplicates).
+struct Fields<'a>(Vec<(&'a str, &'a Node)>);
+
+impl<'a> Fields<'a> {
+    fn of(node: &'a Node) -> Fields<'a> {
+        match &node.value {
+            Yaml::Map(entries) => Fields(
+                entries
+                    .iter()
+                    .filter_map(|(k, v)| match &k.value {
+                        Yaml::Str(name) => Some((name.as_str(), v)),
+                        _ => None,
+                    })
+                    .collect(),
+            ),
+            _ => Fields(Vec::new()),
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<&'a Node> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    }
+}
