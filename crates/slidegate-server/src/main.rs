@@ -1,4 +1,6 @@
+mod check_json;
 mod config;
+mod grpc;
 mod service;
 
 fn main() {}

@@ -1,0 +1,196 @@
+//! Envoy's rate limit service over gRPC:
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code as ProtoCode, DescriptorStatus as ProtoStatus, RateLimit as ProtoLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::{self, ListValue, Struct, value::Kind};
+use slidegate::Store;
+use tonic::{Request, Response, Status};
+
+use crate::config::{RateLimitConfig, Unit};
+use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
+
+/// The gRPC service: the current config and a store.
+pub struct RateLimitGrpc<S> {
+    config: Arc<ArcSwap<RateLimitConfig>>,
+    store: S,
+}
+
+impl<S> RateLimitGrpc<S> {
+    /// A service deciding with `store` under whatever config `config` holds.
+    pub fn new(config: Arc<ArcSwap<RateLimitConfig>>, store: S) -> Self {
+        RateLimitGrpc { config, store }
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let request = from_proto(request.into_inner())?;
+        let config = self.config.load_full();
+        match service::check(&config, &self.store, &request).await {
+            Ok(response) => Ok(Response::new(to_proto(&response))),
+            Err(error) => Err(status_of(&error)),
+        }
+    }
+}
+
+/// The gRPC status of a failed check.
+pub fn status_of(error: &CheckError) -> Status {
+    match error {
+        CheckError::Store(e) if e.is_store_failure() => Status::unavailable(e.to_string()),
+        other => Status::invalid_argument(other.to_string()),
+    }
+}
+
+/// Envoy's request, in the service's terms.
+pub fn from_proto(request: RateLimitRequest) -> Result<CheckRequest, Status> {
+    let descriptors = request
+        .descriptors
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| descriptor_from_proto(i, d))
+        .collect::<Result<_, _>>()?;
+    Ok(CheckRequest {
+        domain: request.domain,
+        descriptors,
+        hits_addend: u64::from(request.hits_addend),
+    })
+}
+
+fn descriptor_from_proto(
+    index: usize,
+    d: RateLimitDescriptor,
+) -> Result<DescriptorRequest, Status> {
+    if d.is_negative_hits {
+        return Err(Status::invalid_argument(format!(
+            "descriptor {index}: negative hits are not supported (an exact log cannot give admissions back)"
+        )));
+    }
+    let limit_override = d
+        .limit
+        .map(|l| {
+            let unit = ProtoUnit::try_from(l.unit)
+                .ok()
+                .and_then(unit_from_proto)
+                .ok_or_else(|| {
+                    Status::invalid_argument(format!(
+                        "descriptor {index}: unknown limit override unit {}",
+                        l.unit
+                    ))
+                })?;
+            Ok::<_, Status>((u64::from(l.requests_per_unit), unit))
+        })
+        .transpose()?;
+    Ok(DescriptorRequest {
+        entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+        hits_addend: d.hits_addend.map(|h| h.value),
+        limit_override,
+    })
+}
+
+pub(crate) fn unit_from_proto(unit: ProtoUnit) -> Option<Unit> {
+    Some(match unit {
+        ProtoUnit::Unknown => return None,
+        ProtoUnit::Second => Unit::Second,
+        ProtoUnit::Minute => Unit::Minute,
+        ProtoUnit::Hour => Unit::Hour,
+        ProtoUnit::Day => Unit::Day,
+        ProtoUnit::Week => Unit::Week,
+        ProtoUnit::Month => Unit::Month,
+        ProtoUnit::Year => Unit::Year,
+    })
+}
+
+pub(crate) fn unit_to_proto(unit: Unit) -> ProtoUnit {
+    match unit {
+        Unit::Second => ProtoUnit::Second,
+        Unit::Minute => ProtoUnit::Minute,
+        Unit::Hour => ProtoUnit::Hour,
+        Unit::Day => ProtoUnit::Day,
+        Unit::Week => ProtoUnit::Week,
+        Unit::Month => ProtoUnit::Month,
+        Unit::Year => ProtoUnit::Year,
+        // A window that is no unit: the proto has no field for it.
+        Unit::Window(_) => ProtoUnit::Unknown,
+    }
+}
+
+fn code_to_proto(code: Code) -> ProtoCode {
+    match code {
+        Code::Ok => ProtoCode::Ok,
+        Code::OverLimit => ProtoCode::OverLimit,
+    }
+}
+
+/// The service's answer, as Envoy expects it.
+pub fn to_proto(response: &CheckResponse) -> RateLimitResponse {
+    let statuses = response
+        .statuses
+        .iter()
+        .map(|s| ProtoStatus {
+            code: code_to_proto(s.code) as i32,
+            current_limit: s.current_limit.as_ref().map(|l| ProtoLimit {
+                name: l.name.clone().unwrap_or_default(),
+                requests_per_unit: u32::try_from(l.requests_per_unit).unwrap_or(u32::MAX),
+                unit: unit_to_proto(l.unit) as i32,
+            }),
+            limit_remaining: u32::try_from(s.limit_remaining).unwrap_or(u32::MAX),
+            duration_until_reset: Some(duration_to_proto(s.duration_until_reset)),
+            quota: None,
+        })
+        .collect();
+    RateLimitResponse {
+        overall_code: code_to_proto(response.overall) as i32,
+        statuses,
+        dynamic_metadata: response
+            .quota_mode
+            .then(|| quota_metadata(&response.quota_violations)),
+        ..RateLimitResponse::default()
+    }
+}
+
+fn duration_to_proto(d: Duration) -> protobuf::Duration {
+    protobuf::Duration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+/// `quotaModeEnabled` and `quotaModeViolations` (descriptor indices), as
+/// envoyproxy/ratelimit reports soft quotas.
+fn quota_metadata(violations: &[usize]) -> Struct {
+    let number = |n: f64| protobuf::Value {
+        kind: Some(Kind::NumberValue(n)),
+    };
+    let mut fields = std::collections::HashMap::new();
+    fields.insert(
+        "quotaModeEnabled".to_owned(),
+        protobuf::Value {
+            kind: Some(Kind::BoolValue(true)),
+        },
+    );
+    fields.insert(
+        "quotaModeViolations".to_owned(),
+        protobuf::Value {
+            kind: Some(Kind::ListValue(ListValue {
+                values: violations.iter().map(|&i| number(i as f64)).collect(),
+            })),
+        },
+    );
+    Struct {
+        fields: fields.into_iter().collect(),
+    }
+}
