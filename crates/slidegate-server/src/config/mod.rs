@@ -20,10 +20,12 @@ use std::time::Duration;
 use slidegate::{Rate, Rule};
 
 mod matcher;
+mod reload;
 mod yaml;
 
 pub use matcher::Matched;
 use matcher::{Level, Node};
+pub use reload::{ConfigWatcher, LiveConfig, ReloadCounts};
 use yaml::{DescriptorSpec, FileSpec};
 
 /// A config file that could not be loaded, with where and why.
