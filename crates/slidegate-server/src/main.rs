@@ -1,6 +1,7 @@
 mod check_json;
 mod config;
 mod grpc;
+mod metrics;
 mod service;
 
 fn main() {}
