@@ -326,6 +326,24 @@ where
         self.acquire(key, rules, 0)
     }
 
+    /// What a request of `cost` would get now, recording nothing: unlike
+    /// [`peek`](Self::peek), which asks about a cost of 1, this asks about
+    /// `cost` itself.
+    pub fn dry_run<Q>(&self, key: &Q, rules: &[Rule], cost: u64) -> Result<Decision>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        check_cost(rules, cost)?;
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let decisions = match inner.map.get_mut(key) {
+            Some(mut slot) => slot.states.get_mut().dry_run(rules, now, cost),
+            None => KeyStates::default().dry_run(rules, now, cost),
+        };
+        Decision::combine(&decisions).ok_or(Error::NoRules)
+    }
+
     /// Decides several hits, possibly on different keys, all-or-nothing:
     /// if any is denied, none is recorded (the ones that would have passed
     /// report the state as it is). One decision per hit, in order.

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::rate::Rule;
 
 pub mod memory;
+pub mod resilient;
 
 /// One part of an atomic batch: `cost` units of `rule` for `key`.
 ///

@@ -86,6 +86,14 @@ impl KeyStates {
         self.with_state(rule, cost > 0, |s| s.decide(rule.rate(), now, cost))
     }
 
+    /// What a request of `cost` would get under each rule, recording nothing.
+    pub(crate) fn dry_run(&mut self, rules: &[Rule], now: u64, cost: u64) -> Vec<Decision> {
+        rules
+            .iter()
+            .map(|&rule| self.with_state(rule, false, |s| s.check(rule.rate(), now, cost)))
+            .collect()
+    }
+
     /// True when every state may be dropped at `now` without changing any answer.
     pub(crate) fn is_idle(&self, now: u64) -> bool {
         self.iter()

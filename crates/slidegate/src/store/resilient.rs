@@ -1,0 +1,444 @@
+//! A store that keeps answering when its backend does not.
+//!
+//! [`ResilientStore`] wraps any [`Store`] (typically the Redis store) with:
+//!
+//! - a **deadline** per call (`timeout`, default 50 ms): a stalled backend
+//!   costs at most that much;
+//! - a **circuit breaker**: after `failure_threshold` failures in a row no
+//!   call is made at all; after a cool-down (200 ms, doubling to 5 s) one
+//!   probe goes through, and the first success closes it again;
+//! - a **bound on calls in flight** (`max_in_flight`, default 1024): no
+//!   pile-up of waiting tasks when the backend is slow;
+//! - a **failure policy** for every decision the backend could not make:
+//!   [`FailurePolicy::Deny`], [`FailurePolicy::Allow`], or
+//!   [`FailurePolicy::Local`] (the default: an in-process store with the
+//!   same rules, per instance). Such decisions say
+//!   [`degraded`](crate::Decision::degraded);
+//! - an exact **local deny cache** (on by default): once the backend denies
+//!   a request with `retry_after = d`, the same key, rules and an equal or
+//!   larger cost are denied locally for `d`, without a call.
+//!
+//! Bad input (an invalid key, a cost above the limit) is an error as
+//! always: no policy applies to it.
+//!
+//! ```
+//! use slidegate::store::resilient::{FailurePolicy, ResilientStore};
+//! use slidegate::{MemoryStore, Rule, Store};
+//! # tokio_test_block(async {
+//! let store = ResilientStore::builder(MemoryStore::new())
+//!     .policy(FailurePolicy::Deny)
+//!     .timeout(std::time::Duration::from_millis(20))
+//!     .build();
+//! let d = store.acquire("user:1", &[Rule::parse("10/s")?], 1).await?;
+//! assert!(d.allowed() && !d.degraded());
+//! # Ok::<(), slidegate::Error>(())
+//! # });
+//! # fn tokio_test_block<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+//! # }
+//! ```
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use self::breaker::{Breaker, Permit};
+use self::deny_cache::DenyCache;
+use super::memory::MemoryStore;
+use super::{Hit, Store, check_cost, validate_key};
+use crate::clock::{Clock, MonotonicClock};
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::rate::Rule;
+
+mod breaker;
+mod deny_cache;
+
+/// What to answer when the backend cannot decide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FailurePolicy {
+    /// Fail closed: deny.
+    Deny,
+    /// Fail open: allow.
+    Allow,
+    /// Decide with an in-process store holding the same rules (limits then
+    /// hold per instance, not across instances).
+    #[default]
+    Local,
+}
+
+impl FromStr for FailurePolicy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<FailurePolicy> {
+        match s {
+            "deny" => Ok(FailurePolicy::Deny),
+            "allow" => Ok(FailurePolicy::Allow),
+            "local" => Ok(FailurePolicy::Local),
+            other => Err(Error::Config(format!(
+                "unknown failure policy {other:?} (expected deny, allow or local)"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FailurePolicy::Deny => "deny",
+            FailurePolicy::Allow => "allow",
+            FailurePolicy::Local => "local",
+        })
+    }
+}
+
+/// See the [module documentation](self). Cheap to clone.
+pub struct ResilientStore<S> {
+    shared: Arc<Shared<S>>,
+}
+
+impl<S> Clone for ResilientStore<S> {
+    fn clone(&self) -> Self {
+        ResilientStore {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<S> fmt::Debug for ResilientStore<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResilientStore")
+            .field("policy", &self.shared.policy)
+            .field("timeout", &self.shared.timeout)
+            .field("circuit_open", &self.shared.breaker.is_open())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared<S> {
+    store: S,
+    policy: FailurePolicy,
+    timeout: Duration,
+    policy_retry_after: Duration,
+    breaker: Breaker,
+    in_flight: Semaphore,
+    local: MemoryStore<String, Arc<dyn Clock>>,
+    deny_cache: Option<DenyCache>,
+    clock: Arc<dyn Clock>,
+}
+
+/// Configures a [`ResilientStore`].
+pub struct ResilientStoreBuilder<S> {
+    store: S,
+    policy: FailurePolicy,
+    timeout: Duration,
+    policy_retry_after: Duration,
+    failure_threshold: u32,
+    cooldown: (Duration, Duration),
+    max_in_flight: usize,
+    deny_cache: Option<usize>,
+    local_max_keys: usize,
+    clock: Option<Arc<dyn Clock>>,
+}
+
+impl<S: Store> ResilientStore<S> {
+    /// A builder wrapping `store`.
+    pub fn builder(store: S) -> ResilientStoreBuilder<S> {
+        ResilientStoreBuilder {
+            store,
+            policy: FailurePolicy::Local,
+            timeout: Duration::from_millis(50),
+            policy_retry_after: Duration::from_secs(1),
+            failure_threshold: 5,
+            cooldown: (Duration::from_millis(200), Duration::from_secs(5)),
+            max_in_flight: 1024,
+            deny_cache: Some(100_000),
+            local_max_keys: 100_000,
+            clock: None,
+        }
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &S {
+        &self.shared.store
+    }
+
+    /// True while the circuit is open: decisions are made by the policy.
+    pub fn is_degraded(&self) -> bool {
+        self.shared.breaker.is_open()
+    }
+
+    /// The failure policy.
+    pub fn policy(&self) -> FailurePolicy {
+        self.shared.policy
+    }
+
+    /// Denials held in the local deny cache.
+    pub fn deny_cache_len(&self) -> usize {
+        self.shared.deny_cache.as_ref().map_or(0, DenyCache::len)
+    }
+}
+
+impl<S> fmt::Debug for ResilientStoreBuilder<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResilientStoreBuilder")
+            .field("policy", &self.policy)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Store> ResilientStoreBuilder<S> {
+    /// The failure policy (default [`FailurePolicy::Local`]).
+    pub fn policy(mut self, policy: FailurePolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The deadline of one backend call (default 50 ms).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The `retry_after` of a denial by [`FailurePolicy::Deny`] (default 1 s).
+    pub fn policy_retry_after(mut self, retry_after: Duration) -> Self {
+        self.policy_retry_after = retry_after;
+        self
+    }
+
+    /// Failures in a row that open the circuit (default 5).
+    pub fn failure_threshold(mut self, failures: u32) -> Self {
+        self.failure_threshold = failures;
+        self
+    }
+
+    /// The first and the longest cool-down of an open circuit (default
+    /// 200 ms, doubling up to 5 s).
+    pub fn cooldown(mut self, first: Duration, longest: Duration) -> Self {
+        self.cooldown = (first, longest);
+        self
+    }
+
+    /// Most backend calls in flight at once (default 1024); beyond it,
+    /// the policy decides at once.
+    pub fn max_in_flight(mut self, calls: usize) -> Self {
+        self.max_in_flight = calls.max(1);
+        self
+    }
+
+    /// The local deny cache and its bound in entries (default on, 100,000);
+    /// `None` turns it off.
+    pub fn deny_cache(mut self, max_entries: Option<usize>) -> Self {
+        self.deny_cache = max_entries;
+        self
+    }
+
+    /// The bound of the local fallback store in keys (default 100,000).
+    pub fn local_max_keys(mut self, keys: usize) -> Self {
+        self.local_max_keys = keys;
+        self
+    }
+
+    /// The clock of the deny cache and of the local fallback store (a
+    /// [`ManualClock`](crate::clock::ManualClock) in tests).
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// Builds the store.
+    pub fn build(self) -> ResilientStore<S> {
+        let clock: Arc<dyn Clock> = self
+            .clock
+            .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
+        ResilientStore {
+            shared: Arc::new(Shared {
+                store: self.store,
+                policy: self.policy,
+                timeout: self.timeout,
+                policy_retry_after: self.policy_retry_after,
+                breaker: Breaker::new(self.failure_threshold, self.cooldown.0, self.cooldown.1),
+                in_flight: Semaphore::new(self.max_in_flight),
+                local: MemoryStore::builder()
+                    .clock(Arc::clone(&clock))
+                    .max_keys(self.local_max_keys)
+                    .build(),
+                deny_cache: self.deny_cache.map(DenyCache::new),
+                clock,
+            }),
+        }
+    }
+}
+
+/// How one backend call went.
+enum Call<T> {
+    Answered(T),
+    Failed,
+}
+
+impl<S: Store> Shared<S> {
+    /// Runs `call` under the breaker, the in-flight bound and the deadline.
+    async fn call<T, F>(&self, call: F) -> Result<Call<T>>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        let permit = self.breaker.permit();
+        if permit == Permit::Refuse {
+            return Ok(Call::Failed);
+        }
+        let Ok(_slot) = self.in_flight.try_acquire() else {
+            // Not the backend's fault: leave the breaker as it is, but let
+            // a waiting probe go again.
+            self.breaker.success_if_probe(permit);
+            return Ok(Call::Failed);
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(answer)) => {
+                self.breaker.success(permit);
+                Ok(Call::Answered(answer))
+            }
+            Ok(Err(error)) if error.is_store_failure() => {
+                tracing::debug!(%error, "store call failed");
+                self.breaker.failure(permit);
+                Ok(Call::Failed)
+            }
+            Ok(Err(error)) => {
+                // The backend answered; the request was bad.
+                self.breaker.success(permit);
+                Err(error)
+            }
+            Err(_) => {
+                tracing::debug!(timeout = ?self.timeout, "store call timed out");
+                self.breaker.failure(permit);
+                Ok(Call::Failed)
+            }
+        }
+    }
+
+    fn by_policy(&self, limit: u64) -> Decision {
+        metrics::counter!("slidegate_policy_decisions_total", "policy" => self.policy.to_string())
+            .increment(1);
+        Decision::by_policy(
+            self.policy == FailurePolicy::Allow,
+            limit,
+            self.policy_retry_after,
+        )
+    }
+
+    async fn fallback(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
+        match self.policy {
+            FailurePolicy::Local => {
+                metrics::counter!("slidegate_policy_decisions_total", "policy" => "local")
+                    .increment(1);
+                match self.local.acquire(key, rules, cost) {
+                    Ok(decision) => Ok(decision.into_degraded()),
+                    Err(Error::StoreFull { .. }) => Ok(Decision::by_policy(
+                        false,
+                        min_limit(rules),
+                        self.policy_retry_after,
+                    )),
+                    Err(other) => Err(other),
+                }
+            }
+            _ => Ok(self.by_policy(min_limit(rules))),
+        }
+    }
+
+    async fn fallback_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
+        match self.policy {
+            FailurePolicy::Local => {
+                metrics::counter!("slidegate_policy_decisions_total", "policy" => "local")
+                    .increment(1);
+                match self.local.acquire_batch(hits) {
+                    Ok(decisions) => {
+                        Ok(decisions.into_iter().map(Decision::into_degraded).collect())
+                    }
+                    Err(Error::StoreFull { .. }) => Ok(hits
+                        .iter()
+                        .map(|h| {
+                            Decision::by_policy(false, h.rule.limit(), self.policy_retry_after)
+                        })
+                        .collect()),
+                    Err(other) => Err(other),
+                }
+            }
+            _ => Ok(hits
+                .iter()
+                .map(|h| self.by_policy(h.rule.limit()))
+                .collect()),
+        }
+    }
+}
+
+fn min_limit(rules: &[Rule]) -> u64 {
+    rules.iter().map(Rule::limit).min().unwrap_or(0)
+}
+
+impl<S: Store> Store for ResilientStore<S> {
+    async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
+        validate_key(key)?;
+        check_cost(rules, cost)?;
+        let shared = &*self.shared;
+        let sent = shared.clock.now_micros();
+        if let Some(cache) = &shared.deny_cache {
+            if let Some(decision) = cache.lookup(key, rules, cost, sent) {
+                metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+                return Ok(decision);
+            }
+        }
+        match shared.call(shared.store.acquire(key, rules, cost)).await? {
+            Call::Answered(decision) => {
+                if let Some(cache) = &shared.deny_cache {
+                    if !decision.allowed() {
+                        cache.insert(key, rules, cost, sent, decision);
+                    }
+                }
+                Ok(decision)
+            }
+            Call::Failed => shared.fallback(key, rules, cost).await,
+        }
+    }
+
+    async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
+        if hits.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for hit in hits {
+            validate_key(hit.key)?;
+            check_cost(&[hit.rule], hit.cost)?;
+        }
+        let shared = &*self.shared;
+        match shared.call(shared.store.acquire_batch(hits)).await? {
+            Call::Answered(decisions) => Ok(decisions),
+            Call::Failed => shared.fallback_batch(hits).await,
+        }
+    }
+
+    async fn reset(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        let shared = &*self.shared;
+        if let Some(cache) = &shared.deny_cache {
+            cache.forget(key);
+        }
+        shared.local.reset(key);
+        match tokio::time::timeout(shared.timeout, shared.store.reset(key)).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout(shared.timeout)),
+        }
+    }
+
+    async fn ready(&self) -> Result<()> {
+        let shared = &*self.shared;
+        match tokio::time::timeout(shared.timeout, shared.store.ready()).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout(shared.timeout)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,238 @@
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::*;
+use crate::clock::ManualClock;
+
+const OK: u8 = 0;
+const FAIL: u8 = 1;
+const STALL: u8 = 2;
+
+/// A memory store that can be told to fail or to stall, and counts calls:
+/// stands in for a backend's failures (the Redis fault tests use real ones).
+#[derive(Clone)]
+struct Switchable {
+    inner: MemoryStore<String, ManualClock>,
+    mode: Arc<AtomicU8>,
+    calls: Arc<AtomicU64>,
+}
+
+impl Switchable {
+    fn new(clock: &ManualClock) -> Switchable {
+        Switchable {
+            inner: MemoryStore::builder()
+                .clock(clock.clone())
+                .sweep_interval(None)
+                .build(),
+            mode: Arc::default(),
+            calls: Arc::default(),
+        }
+    }
+
+    fn set(&self, mode: u8) {
+        self.mode.store(mode, Ordering::SeqCst);
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    async fn gate(&self) -> Result<()> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.mode.load(Ordering::SeqCst) {
+            FAIL => Err(Error::Store("connection refused".into())),
+            STALL => {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Err(Error::Store("stalled".into()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Store for Switchable {
+    async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
+        self.gate().await?;
+        self.inner.acquire(key, rules, cost)
+    }
+    async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
+        self.gate().await?;
+        self.inner.acquire_batch(hits)
+    }
+    async fn reset(&self, key: &str) -> Result<()> {
+        self.gate().await?;
+        self.inner.reset(key);
+        Ok(())
+    }
+    async fn ready(&self) -> Result<()> {
+        self.gate().await
+    }
+}
+
+fn rule(s: &str) -> Rule {
+    Rule::parse(s).unwrap()
+}
+
+fn resilient(
+    backend: &Switchable,
+    clock: &ManualClock,
+    policy: FailurePolicy,
+) -> ResilientStore<Switchable> {
+    ResilientStore::builder(backend.clone())
+        .policy(policy)
+        .clock(clock.clone())
+        .timeout(Duration::from_millis(50))
+        .cooldown(Duration::from_millis(100), Duration::from_millis(400))
+        .failure_threshold(3)
+        .build()
+}
+
+#[tokio::test]
+async fn the_deny_cache_answers_only_what_the_store_would() {
+    let clock = ManualClock::at(1_000_000);
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Deny);
+    let rules = [rule("5/100ms")];
+    let mut cache_hits = 0;
+    // A pseudo-random walk of times and costs over three keys.
+    let mut seed = 7u64;
+    for _ in 0..5_000 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let key = ["a", "b", "c"][(seed >> 33) as usize % 3];
+        let cost = 1 + (seed >> 40) % 3;
+        clock.advance(Duration::from_micros((seed >> 20) % 3_000));
+        let calls = backend.calls();
+        let decision = store.acquire(key, &rules, cost).await.unwrap();
+        if backend.calls() == calls {
+            cache_hits += 1;
+            assert!(!decision.allowed());
+            // The store, asked at the same instant, denies it too.
+            let truth = backend.inner.dry_run(key, &rules, cost).unwrap();
+            assert!(
+                !truth.allowed(),
+                "cached denial of {key} cost {cost} the store would allow"
+            );
+            assert!(decision.retry_after() <= truth.retry_after());
+        }
+    }
+    assert!(cache_hits > 1_000, "the cache was used ({cache_hits} hits)");
+}
+
+#[tokio::test]
+async fn each_policy_answers_degraded_when_the_store_fails() {
+    for (policy, allowed) in [(FailurePolicy::Deny, false), (FailurePolicy::Allow, true)] {
+        let clock = ManualClock::new();
+        let backend = Switchable::new(&clock);
+        let store = resilient(&backend, &clock, policy);
+        backend.set(FAIL);
+        let d = store.acquire("k", &[rule("5/1s")], 1).await.unwrap();
+        assert_eq!((d.allowed(), d.degraded()), (allowed, true), "{policy}");
+    }
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Local);
+    backend.set(FAIL);
+    let rules = [rule("2/1s")];
+    let outcomes: Vec<(bool, bool)> = futures_lite(&store, &rules, 3).await;
+    assert_eq!(
+        outcomes,
+        [(true, true), (true, true), (false, true)],
+        "local: exact per instance"
+    );
+}
+
+async fn futures_lite(
+    store: &ResilientStore<Switchable>,
+    rules: &[Rule],
+    n: usize,
+) -> Vec<(bool, bool)> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        let d = store.acquire("k", rules, 1).await.unwrap();
+        out.push((d.allowed(), d.degraded()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_stalled_store_costs_at_most_the_timeout() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Allow);
+    backend.set(STALL);
+    let started = Instant::now();
+    let d = store.acquire("k", &[rule("5/1s")], 1).await.unwrap();
+    assert!(d.degraded());
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn the_circuit_opens_then_probes_and_closes() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Deny);
+    let rules = [rule("100/1s")];
+    backend.set(FAIL);
+    for _ in 0..3 {
+        assert!(store.acquire("k", &rules, 1).await.unwrap().degraded());
+    }
+    assert!(store.is_degraded());
+    let calls = backend.calls();
+    for _ in 0..50 {
+        assert!(store.acquire("k", &rules, 1).await.unwrap().degraded());
+    }
+    assert_eq!(backend.calls(), calls, "no call while open");
+    backend.set(OK);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    let d = store.acquire("k", &rules, 1).await.unwrap();
+    assert!(
+        !d.degraded() && d.allowed(),
+        "the probe succeeds and closes the circuit"
+    );
+    assert!(!store.is_degraded());
+    assert_eq!(backend.calls(), calls + 1);
+}
+
+#[tokio::test]
+async fn calls_in_flight_are_bounded() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = ResilientStore::builder(backend.clone())
+        .policy(FailurePolicy::Deny)
+        .timeout(Duration::from_millis(300))
+        .max_in_flight(1)
+        .build();
+    backend.set(STALL);
+    let slow = {
+        let store = store.clone();
+        tokio::spawn(async move { store.acquire("a", &[rule("5/1s")], 1).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let started = Instant::now();
+    let d = store.acquire("b", &[rule("5/1s")], 1).await.unwrap();
+    assert!(d.degraded() && started.elapsed() < Duration::from_millis(100));
+    assert!(slow.await.unwrap().unwrap().degraded());
+}
+
+#[tokio::test]
+async fn bad_input_is_an_error_not_a_policy_decision() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Allow);
+    backend.set(FAIL);
+    assert!(matches!(
+        store.acquire("", &[rule("5/1s")], 1).await,
+        Err(Error::InvalidKey(_))
+    ));
+    assert!(matches!(
+        store.acquire("k", &[rule("5/1s")], 6).await,
+        Err(Error::CostExceedsLimit { .. })
+    ));
+    assert_eq!(backend.calls(), 0);
+}
