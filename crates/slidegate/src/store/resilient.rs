@@ -384,18 +384,18 @@ impl<S: Store> Store for ResilientStore<S> {
         check_cost(rules, cost)?;
         let shared = &*self.shared;
         let sent = shared.clock.now_micros();
-        if let Some(cache) = &shared.deny_cache {
-            if let Some(decision) = cache.lookup(key, rules, cost, sent) {
-                metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
-                return Ok(decision);
-            }
+        if let Some(cache) = &shared.deny_cache
+            && let Some(decision) = cache.lookup(key, rules, cost, sent)
+        {
+            metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+            return Ok(decision);
         }
         match shared.call(shared.store.acquire(key, rules, cost)).await? {
             Call::Answered(decision) => {
-                if let Some(cache) = &shared.deny_cache {
-                    if !decision.allowed() {
-                        cache.insert(key, rules, cost, sent, decision);
-                    }
+                if let Some(cache) = &shared.deny_cache
+                    && !decision.allowed()
+                {
+                    cache.insert(key, rules, cost, sent, decision);
                 }
                 Ok(decision)
             }
