@@ -1,3 +1,4 @@
+mod bench;
 mod check_json;
 mod config;
 mod grpc;
