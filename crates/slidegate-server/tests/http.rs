@@ -279,6 +279,40 @@ impl Store for UnreachableStore {
     }
 }
 
+/// A store with a bug: it panics on every decision.
+struct PanickingStore;
+
+impl Store for PanickingStore {
+    async fn acquire(&self, _: &str, _: &[Rule], _: u64) -> slidegate::Result<Decision> {
+        panic!("a bug in the store")
+    }
+
+    async fn acquire_batch(&self, _: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
+        panic!("a bug in the store")
+    }
+
+    async fn reset(&self, _: &str) -> slidegate::Result<()> {
+        Ok(())
+    }
+
+    async fn ready(&self) -> slidegate::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_panic_while_deciding_is_a_json_500_and_the_server_keeps_serving() {
+    let server = TestServer::start(PanickingStore).await;
+    for _ in 0..2 {
+        let reply = server
+            .post_json("/v1/acquire", &acquire_body("k", 1, 1000))
+            .await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(reply.error_code(), "internal_error");
+    }
+    assert_eq!(server.get("/healthz").await.status, StatusCode::OK);
+}
+
 #[tokio::test]
 async fn readyz_is_503_with_a_json_body_when_the_store_is_unreachable() {
     let server = TestServer::start(UnreachableStore(MemoryStore::new())).await;

@@ -246,6 +246,38 @@ mod tests {
         assert_eq!(json["error"]["message"], "x");
     }
 
+    #[tokio::test]
+    async fn bare_error_responses_get_the_json_body_and_keep_their_status() {
+        let bare = Response::builder()
+            .status(StatusCode::REQUEST_TIMEOUT)
+            .header(CONTENT_LENGTH, "0")
+            .body(Body::empty())
+            .unwrap();
+        let mapped = json_errors(bare).await;
+        assert_eq!(mapped.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(mapped.headers()[CONTENT_TYPE], "application/json");
+        assert!(mapped.headers().get(CONTENT_LENGTH).is_none());
+        let body = axum::body::to_bytes(mapped.into_body(), 1024)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "request_timeout");
+    }
+
+    #[tokio::test]
+    async fn json_and_successful_responses_pass_unchanged() {
+        let own = ApiError::new(ErrorCode::InvalidKey, "mine").into_response();
+        let passed = json_errors(own).await;
+        let body = axum::body::to_bytes(passed.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(body, ApiError::new(ErrorCode::InvalidKey, "mine").body());
+        let ok = json_errors(Response::new(Body::from("fine"))).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(ok.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], b"fine");
+    }
+
     #[test]
     fn store_failures_are_503_and_bad_input_is_400() {
         let full = ApiError::from(slidegate::Error::StoreFull { max_keys: 1 });
