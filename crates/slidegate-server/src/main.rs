@@ -1,8 +1,34 @@
-mod bench;
-mod check_json;
-mod config;
-mod grpc;
-mod metrics;
-mod service;
+//! `slidegate`: the rate limit service and its command-line tools.
 
-fn main() {}
+use std::process::ExitCode;
+
+use clap::Parser;
+use slidegate_server::cli::{Cli, Command};
+use slidegate_server::{check, logging, serve};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(error) = logging::init(cli.log_format) {
+        eprintln!("error: {error:#}");
+        return ExitCode::FAILURE;
+    }
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Check(args) => check::run(args).await,
+        }
+    })
+}

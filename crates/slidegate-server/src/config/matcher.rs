@@ -135,14 +135,12 @@ pub(crate) fn lookup<'a>(
             metric_key.push_str(shown);
         }
         let last = i + 1 == entries.len();
-        if last {
-            if let Some(limit) = &node.limit {
-                if limit.detailed_metric && node.value.is_none() {
-                    metric_key.push('_');
-                    metric_key.push_str(value);
-                }
-                found = Some(limit);
+        if last && let Some(limit) = &node.limit {
+            if limit.detailed_metric && node.value.is_none() {
+                metric_key.push('_');
+                metric_key.push_str(value);
             }
+            found = Some(limit);
         }
         if node.children.nodes.is_empty() {
             break;

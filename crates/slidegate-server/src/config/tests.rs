@@ -39,7 +39,7 @@ fn every_valid_upstream_file_loads_on_its_own() {
     let mut loaded = 0;
     for entry in std::fs::read_dir(data("valid")).unwrap() {
         let path = entry.unwrap().path();
-        let config = RateLimitConfig::load(&[path.clone()], LoadOptions::default());
+        let config = RateLimitConfig::load(std::slice::from_ref(&path), LoadOptions::default());
         assert!(
             config.is_ok(),
             "{}: {}",
@@ -306,7 +306,7 @@ fn a_directory_loads_its_yaml_files_and_skips_hidden_ones() {
     std::fs::write(dir.join("b.yml"), "domain: b\n").unwrap();
     std::fs::write(dir.join(".hidden.yaml"), "not: [valid").unwrap();
     std::fs::write(dir.join("notes.txt"), "ignored").unwrap();
-    let c = RateLimitConfig::load(&[dir.clone()], LoadOptions::default()).unwrap();
+    let c = RateLimitConfig::load(std::slice::from_ref(&dir), LoadOptions::default()).unwrap();
     let mut domains: Vec<&str> = c.domains().collect();
     domains.sort();
     assert_eq!(domains, ["a", "b"]);

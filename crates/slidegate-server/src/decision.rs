@@ -1,0 +1,102 @@
+//! Asking the store, and the JSON form of its answer. Shared by every
+//! protocol (`POST /v1/acquire`, `GET /v1/keys/{key}`, `slidegate check`).
+
+use serde::Serialize;
+use slidegate::{Decision, Hit, Rule, Store};
+
+/// The store's answer to one request: the decision the caller sees and the
+/// decision of each rule (for the `RateLimit` headers, one item per rule).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// All rules folded into one (see [`Decision::combine`]).
+    pub decision: Decision,
+    /// Each rule with its own decision, in the order asked.
+    pub rules: Vec<(Rule, Decision)>,
+}
+
+/// Decides `cost` units for `key` under every rule, all-or-nothing.
+pub async fn acquire<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rules: &[Rule],
+    cost: u64,
+) -> slidegate::Result<Outcome> {
+    if let [rule] = rules {
+        let decision = store.acquire(key, rules, cost).await?;
+        return Ok(Outcome {
+            decision,
+            rules: vec![(*rule, decision)],
+        });
+    }
+    let hits: Vec<Hit<'_>> = rules.iter().map(|r| Hit::new(key, *r, cost)).collect();
+    let decisions = store.acquire_batch(&hits).await?;
+    let decision = Decision::combine(&decisions).ok_or(slidegate::Error::NoRules)?;
+    Ok(Outcome {
+        decision,
+        rules: rules.iter().copied().zip(decisions).collect(),
+    })
+}
+
+/// The state of `key` under `rule`, consuming nothing.
+pub async fn peek<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rule: Rule,
+) -> slidegate::Result<Outcome> {
+    let decision = store.peek(key, &[rule]).await?;
+    Ok(Outcome {
+        decision,
+        rules: vec![(rule, decision)],
+    })
+}
+
+/// A decision as JSON:
+/// `{"allowed":true,"limit":100,"remaining":99,"reset_after_ms":60000,"retry_after_ms":0}`,
+/// plus `"degraded":true` only when a failure policy decided instead of the store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DecisionBody {
+    /// The request may pass.
+    pub allowed: bool,
+    /// The limit of the deciding rule.
+    pub limit: u64,
+    /// Units left in its window.
+    pub remaining: u64,
+    /// Milliseconds until the full quota is back, rounded up.
+    pub reset_after_ms: u64,
+    /// Milliseconds until the same request would pass, rounded up; 0 when allowed.
+    pub retry_after_ms: u64,
+    /// Decided by a failure policy, not by the store.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub degraded: bool,
+}
+
+impl From<&Decision> for DecisionBody {
+    fn from(d: &Decision) -> DecisionBody {
+        DecisionBody {
+            allowed: d.allowed(),
+            limit: d.limit(),
+            remaining: d.remaining(),
+            reset_after_ms: d.reset_after_ms(),
+            retry_after_ms: d.retry_after_ms(),
+            degraded: d.degraded(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_body_has_exactly_the_documented_fields() {
+        let d = Decision::from_parts(true, 100, 99, 0, 59_999_001);
+        let json = serde_json::to_string(&DecisionBody::from(&d)).unwrap();
+        assert_eq!(
+            json,
+            r#"{"allowed":true,"limit":100,"remaining":99,"reset_after_ms":60000,"retry_after_ms":0}"#
+        );
+        let degraded = DecisionBody::from(&d.into_degraded());
+        let json = serde_json::to_value(&degraded).unwrap();
+        assert_eq!(json["degraded"], true);
+    }
+}

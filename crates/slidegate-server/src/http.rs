@@ -1,0 +1,168 @@
+//! The HTTP/JSON API v1.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/acquire` | 200 allowed, 429 denied; decision as JSON, `RateLimit-Policy`, `RateLimit`, and `Retry-After` on 429 |
+//! | `GET /v1/keys/{key}?limit=..&window_ms=..[&algorithm=..]` | 200; the key's state under that rule, consuming nothing |
+//! | `GET /healthz` | 200 while the process serves |
+//! | `GET /readyz` | 200 when the store can decide, 503 otherwise |
+//!
+//! Every error is `{"error":{"code":"...","message":"..."}}` with a stable
+//! code ([`ErrorCode`]): 400 for bad input, 404, 405, 408, 413, 415, and
+//! 503 when the store fails. Bad input is never a 5xx.
+//!
+//! The router is generic over the [`Store`]: the binary uses
+//! [`Backend`](crate::backend::Backend), tests may use any store.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::middleware::map_response;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use http::StatusCode;
+use serde_json::json;
+use slidegate::Store;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::decision::{self, DecisionBody, Outcome};
+
+mod body;
+mod error;
+pub mod headers;
+mod json;
+pub mod request;
+
+pub use body::JsonBody;
+pub use error::{ApiError, ErrorCode};
+
+/// The largest request body accepted: 64 KiB.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// How long one request may take, body included, before a 408. It also
+/// bounds how long a graceful shutdown waits for a slow client.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long `/readyz` waits for the store before answering 503.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What every handler shares.
+pub struct AppState<S> {
+    store: Arc<S>,
+}
+
+impl<S> AppState<S> {
+    /// State deciding with `store`.
+    pub fn new(store: S) -> AppState<S> {
+        AppState {
+            store: Arc::new(store),
+        }
+    }
+}
+
+impl<S> Clone for AppState<S> {
+    fn clone(&self) -> Self {
+        AppState {
+            store: Arc::clone(&self.store),
+        }
+    }
+}
+
+/// The whole API, ready for [`axum::serve`].
+pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
+    Router::new()
+        .route("/v1/acquire", post(acquire::<S>))
+        .route("/v1/keys/{key}", get(peek::<S>))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz::<S>))
+        .fallback(not_found)
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(error::panic_response))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            REQUEST_TIMEOUT,
+        ))
+        .layer(map_response(error::json_errors))
+        .layer(TraceLayer::new_for_http())
+}
+
+/// `POST /v1/acquire`.
+async fn acquire<S: Store>(
+    State(state): State<AppState<S>>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let request = request::parse_acquire(&body)?;
+    let outcome =
+        decision::acquire(&*state.store, &request.key, &request.rules, request.cost).await?;
+    let status = if outcome.decision.allowed() {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    Ok(decision_response(status, &outcome))
+}
+
+/// `GET /v1/keys/{key}`: a read, so 200 even when a request would be denied.
+async fn peek<S: Store>(
+    State(state): State<AppState<S>>,
+    key: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(key) = key.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidKey,
+            format!("the key in the path is not valid: {e}"),
+        )
+    })?;
+    let Query(query) = query.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("the query string is not valid: {e}"),
+        )
+    })?;
+    let request = request::parse_peek(key, query)?;
+    let outcome = decision::peek(&*state.store, &request.key, request.rule).await?;
+    Ok(decision_response(StatusCode::OK, &outcome))
+}
+
+fn decision_response(status: StatusCode, outcome: &Outcome) -> Response {
+    let mut response = (status, Json(DecisionBody::from(&outcome.decision))).into_response();
+    headers::insert(
+        response.headers_mut(),
+        outcome,
+        status == StatusCode::TOO_MANY_REQUESTS,
+    );
+    response
+}
+
+/// `GET /healthz`: the process is up and serving.
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// `GET /readyz`: the store can take decisions.
+async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
+    let error = match tokio::time::timeout(READY_TIMEOUT, state.store.ready()).await {
+        Ok(Ok(())) => return Json(json!({"status": "ready"})).into_response(),
+        Ok(Err(error)) => error.to_string(),
+        Err(_) => format!("the store did not answer within {READY_TIMEOUT:?}"),
+    };
+    tracing::warn!(%error, "not ready");
+    let body = json!({
+        "status": "unavailable",
+        "error": {"code": ErrorCode::StoreUnavailable, "message": error},
+    });
+    (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotFound,
+        "no such route; the API has POST /v1/acquire, GET /v1/keys/{key}, GET /healthz and GET /readyz",
+    )
+}

@@ -1,0 +1,67 @@
+//! Reading a JSON request body: `Content-Type` checked (415), size bounded
+//! (413), and an oversized `Content-Length` refused before a single byte of
+//! the body is read, so a client cannot hold a task by announcing a body it
+//! never sends.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use http::HeaderMap;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+
+use super::MAX_BODY_BYTES;
+use super::error::{ApiError, ErrorCode};
+
+/// The raw bytes of a JSON body of at most [`MAX_BODY_BYTES`].
+#[derive(Debug)]
+pub struct JsonBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, _state: &S) -> Result<JsonBody, ApiError> {
+        check_length(request.headers())?;
+        check_content_type(request.headers())?;
+        let limited = Limited::new(request.into_body(), MAX_BODY_BYTES);
+        match limited.collect().await {
+            Ok(collected) => Ok(JsonBody(collected.to_bytes())),
+            Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+            Err(error) => Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("cannot read the request body: {error}"),
+            )),
+        }
+    }
+}
+
+fn check_length(headers: &HeaderMap) -> Result<(), ApiError> {
+    let announced = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match announced {
+        Some(length) if length > MAX_BODY_BYTES as u64 => Err(too_large()),
+        _ => Ok(()),
+    }
+}
+
+fn check_content_type(headers: &HeaderMap) -> Result<(), ApiError> {
+    let essence = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim());
+    match essence {
+        Some(essence) if essence.eq_ignore_ascii_case("application/json") => Ok(()),
+        _ => Err(ApiError::new(
+            ErrorCode::UnsupportedMediaType,
+            "send the body as JSON with the header Content-Type: application/json",
+        )),
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+    )
+}

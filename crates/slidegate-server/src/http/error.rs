@@ -1,0 +1,298 @@
+//! Every error the API answers, as `{"error":{"code":"...","message":"..."}}`.
+//!
+//! The codes are stable, snake_case, and part of the API: clients may match
+//! on them. The messages are for people and may change.
+
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderValue, StatusCode};
+use serde::Serialize;
+
+/// The stable code of an error, and the HTTP status it is answered with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The body is not JSON, not UTF-8, or not a JSON object.
+    InvalidJson,
+    /// A required field (or query parameter) is absent.
+    MissingField,
+    /// A field (or query parameter) the API does not know; rejected so a
+    /// typo such as `"windowms"` is not silently ignored.
+    UnknownField,
+    /// A field given twice.
+    DuplicateField,
+    /// Fields that cannot be used together (`rules` with `limit`/`window_ms`).
+    ConflictingFields,
+    /// The key is not a string, empty, longer than 1024 bytes, or has braces
+    /// that do not form a `{hash tag}`.
+    InvalidKey,
+    /// The limit is not a whole number from 1 to 10^12.
+    InvalidLimit,
+    /// The window is not a whole number of milliseconds from 1 ms to 10 years.
+    InvalidWindow,
+    /// The cost is not a whole number from 0 to 2^64-1.
+    InvalidCost,
+    /// The algorithm is not one of `sliding_log`, `sliding_counter`,
+    /// `fixed_window`, `gcra`.
+    UnknownAlgorithm,
+    /// `rules` is not a non-empty array of rule objects, has too many, or
+    /// repeats a rule.
+    InvalidRules,
+    /// The cost is above a rule's limit: such a request can never pass.
+    CostExceedsLimit,
+    /// Any other bad request.
+    InvalidRequest,
+    /// No such route.
+    NotFound,
+    /// The route exists, but not for this method (see the `Allow` header).
+    MethodNotAllowed,
+    /// The request did not complete in time.
+    RequestTimeout,
+    /// The body is larger than the limit (64 KiB).
+    PayloadTooLarge,
+    /// The body is not sent as `Content-Type: application/json`.
+    UnsupportedMediaType,
+    /// The store failed or could not be reached.
+    StoreUnavailable,
+    /// A bug or a misconfiguration of the service, never bad input.
+    InternalError,
+}
+
+impl ErrorCode {
+    /// The HTTP status this code is answered with.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The code that stands for a bare status answered by the framework or
+    /// a middleware (a 405 from routing, a 408 from the timeout).
+    fn for_status(status: StatusCode) -> ErrorCode {
+        match status {
+            StatusCode::NOT_FOUND => ErrorCode::NotFound,
+            StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
+            StatusCode::REQUEST_TIMEOUT => ErrorCode::RequestTimeout,
+            StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorCode::UnsupportedMediaType,
+            StatusCode::SERVICE_UNAVAILABLE => ErrorCode::StoreUnavailable,
+            s if s.is_client_error() => ErrorCode::InvalidRequest,
+            _ => ErrorCode::InternalError,
+        }
+    }
+}
+
+/// An error answer: a code, a message, and the JSON body they make.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiError {
+    code: ErrorCode,
+    message: String,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    error: Inner<'a>,
+}
+
+#[derive(Serialize)]
+struct Inner<'a> {
+    code: ErrorCode,
+    message: &'a str,
+}
+
+impl ApiError {
+    /// An error with `code` and a message for people.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The code.
+    pub fn code(&self) -> ErrorCode {
+        self.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same error, its message prefixed with where it happened
+    /// (`rules[1]: ...`).
+    pub fn at(self, place: &str) -> ApiError {
+        ApiError {
+            message: format!("{place}: {}", self.message),
+            ..self
+        }
+    }
+
+    fn body(&self) -> Vec<u8> {
+        let envelope = Envelope {
+            error: Inner {
+                code: self.code,
+                message: &self.message,
+            },
+        };
+        // Serializing a struct of a unit enum and a string cannot fail.
+        serde_json::to_vec(&envelope).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(Body::from(self.body()));
+        *response.status_mut() = self.code.status();
+        response
+            .headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        response
+    }
+}
+
+/// The one place where library errors become HTTP answers.
+///
+/// Bad input is a 400 with the matching code. A store failure is, for now,
+/// a 503 `store_unavailable`: this is where a failure policy (deny, allow,
+/// or decide locally) will take over.
+impl From<slidegate::Error> for ApiError {
+    fn from(error: slidegate::Error) -> ApiError {
+        use slidegate::Error as E;
+        let code = match &error {
+            E::InvalidLimit { .. } => ErrorCode::InvalidLimit,
+            E::InvalidWindow { .. } => ErrorCode::InvalidWindow,
+            E::UnknownAlgorithm(_) => ErrorCode::UnknownAlgorithm,
+            E::CostExceedsLimit { .. } => ErrorCode::CostExceedsLimit,
+            E::InvalidKey(_) | E::CrossSlot { .. } => ErrorCode::InvalidKey,
+            E::NoRules => ErrorCode::InvalidRules,
+            E::Config(_) => ErrorCode::InternalError,
+            e if e.is_store_failure() => ErrorCode::StoreUnavailable,
+            _ => ErrorCode::InvalidRequest,
+        };
+        match code {
+            ErrorCode::StoreUnavailable => tracing::warn!(%error, "store failure"),
+            ErrorCode::InternalError => tracing::error!(%error, "cannot decide"),
+            _ => tracing::debug!(%error, "bad request"),
+        }
+        ApiError::new(code, error.to_string())
+    }
+}
+
+/// Middleware (`map_response`): gives every error answered without a JSON
+/// body (axum's 405, the timeout's 408, ...) the API's JSON error body,
+/// keeping its status and its other headers (such as `Allow`).
+pub async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let code = ErrorCode::for_status(status);
+    // The `Allow` header of a 405 is added after this middleware runs.
+    let message = match code {
+        ErrorCode::MethodNotAllowed => {
+            "method not allowed on this route; the Allow header lists the methods it accepts"
+                .to_owned()
+        }
+        _ => status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_ascii_lowercase(),
+    };
+    let error = ApiError::new(code, message);
+    let (mut parts, _) = response.into_parts();
+    parts.headers.remove(CONTENT_LENGTH);
+    parts
+        .headers
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Response::from_parts(parts, Body::from(error.body()))
+}
+
+/// The answer to a handler that panicked: a JSON 500, and the process goes on.
+pub fn panic_response(_panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    tracing::error!("a request handler panicked");
+    ApiError::new(ErrorCode::InternalError, "internal error").into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_serialize_in_snake_case() {
+        let body = ApiError::new(ErrorCode::CostExceedsLimit, "x").body();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "cost_exceeds_limit");
+        assert_eq!(json["error"]["message"], "x");
+    }
+
+    #[tokio::test]
+    async fn bare_error_responses_get_the_json_body_and_keep_their_status() {
+        let bare = Response::builder()
+            .status(StatusCode::REQUEST_TIMEOUT)
+            .header(CONTENT_LENGTH, "0")
+            .body(Body::empty())
+            .unwrap();
+        let mapped = json_errors(bare).await;
+        assert_eq!(mapped.status(), StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(mapped.headers()[CONTENT_TYPE], "application/json");
+        assert!(mapped.headers().get(CONTENT_LENGTH).is_none());
+        let body = axum::body::to_bytes(mapped.into_body(), 1024)
+            .await
+            .unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "request_timeout");
+    }
+
+    #[tokio::test]
+    async fn json_and_successful_responses_pass_unchanged() {
+        let own = ApiError::new(ErrorCode::InvalidKey, "mine").into_response();
+        let passed = json_errors(own).await;
+        let body = axum::body::to_bytes(passed.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(body, ApiError::new(ErrorCode::InvalidKey, "mine").body());
+        let ok = json_errors(Response::new(Body::from("fine"))).await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(ok.into_body(), 1024).await.unwrap();
+        assert_eq!(&body[..], b"fine");
+    }
+
+    #[test]
+    fn store_failures_are_503_and_bad_input_is_400() {
+        let full = ApiError::from(slidegate::Error::StoreFull { max_keys: 1 });
+        assert_eq!(full.code().status(), StatusCode::SERVICE_UNAVAILABLE);
+        let timeout = ApiError::from(slidegate::Error::Timeout(std::time::Duration::from_millis(
+            50,
+        )));
+        assert_eq!(timeout.code(), ErrorCode::StoreUnavailable);
+        let key = ApiError::from(slidegate::Error::InvalidKey("empty".into()));
+        assert_eq!(key.code(), ErrorCode::InvalidKey);
+        assert_eq!(key.code().status(), StatusCode::BAD_REQUEST);
+        let rate = ApiError::from(slidegate::Error::InvalidRate {
+            input: "x".into(),
+            reason: "y".into(),
+        });
+        assert_eq!(rate.code().status(), StatusCode::BAD_REQUEST);
+    }
+}

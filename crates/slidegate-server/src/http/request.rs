@@ -1,0 +1,435 @@
+//! Reading the API's requests: a JSON body for `POST /v1/acquire`, a query
+//! string for `GET /v1/keys/{key}`. Every mistake gets its own code and a
+//! message that names the field.
+//!
+//! Unknown fields are refused (`unknown_field`), not ignored: in a rate
+//! limiter a misspelt `"cost"` or `"window_ms"` would otherwise silently
+//! change what is enforced.
+
+use std::time::Duration;
+
+use slidegate::{Algorithm, Rate, Rule};
+
+use super::error::{ApiError, ErrorCode};
+use super::json::Node;
+
+/// The most rules one request may carry.
+pub const MAX_RULES: usize = 16;
+
+/// A parsed `POST /v1/acquire`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The key to decide for. The store checks it (length, braces).
+    pub key: String,
+    /// One rule, or several decided all-or-nothing. Never empty.
+    pub rules: Vec<Rule>,
+    /// Units the request consumes; 0 checks without consuming.
+    pub cost: u64,
+}
+
+/// A parsed `GET /v1/keys/{key}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeekRequest {
+    /// The key to look at.
+    pub key: String,
+    /// The rule to look at it under.
+    pub rule: Rule,
+}
+
+const ACQUIRE_FIELDS: [&str; 6] = ["key", "limit", "window_ms", "cost", "algorithm", "rules"];
+const RULE_FIELDS: [&str; 3] = ["limit", "window_ms", "algorithm"];
+const PEEK_PARAMS: [&str; 3] = ["limit", "window_ms", "algorithm"];
+
+/// Parses the body of `POST /v1/acquire`:
+/// `{"key":"k","limit":100,"window_ms":60000,"cost":1,"algorithm":"sliding_log"}`,
+/// or `{"key":"k","rules":[{"limit":..,"window_ms":..,"algorithm":..},..],"cost":1}`.
+/// A top-level `algorithm` is the default of rules that name none. `null`
+/// stands for an absent optional field.
+pub fn parse_acquire(body: &[u8]) -> Result<AcquireRequest, ApiError> {
+    let members = parse_object(body)?;
+    let [key, limit, window_ms, cost, algorithm, rules] = pick(members, &ACQUIRE_FIELDS, "")?;
+    let key = match key {
+        Some(Node::String(key)) => key,
+        Some(other) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidKey,
+                format!("\"key\" must be a string, got {}", other.kind()),
+            ));
+        }
+        None => return Err(missing("key")),
+    };
+    let algorithm = parse_algorithm(algorithm)?;
+    let rules = match (rules, limit, window_ms) {
+        (Some(rules), None, None) => parse_rules(rules, algorithm)?,
+        (Some(_), _, _) => {
+            return Err(ApiError::new(
+                ErrorCode::ConflictingFields,
+                "give either \"rules\" or \"limit\" and \"window_ms\", not both",
+            ));
+        }
+        (None, limit, window_ms) => vec![parse_rule(limit, window_ms, algorithm)?],
+    };
+    let cost = match cost {
+        None | Some(Node::Null) => 1,
+        Some(Node::Unsigned(cost)) => cost,
+        Some(other) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidCost,
+                format!(
+                    "\"cost\" must be a whole number from 0 to {}, got {}",
+                    u64::MAX,
+                    other.brief()
+                ),
+            ));
+        }
+    };
+    Ok(AcquireRequest { key, rules, cost })
+}
+
+/// Parses the query of `GET /v1/keys/{key}`: `limit`, `window_ms` and an
+/// optional `algorithm`, each at most once.
+pub fn parse_peek(key: String, query: Vec<(String, String)>) -> Result<PeekRequest, ApiError> {
+    let members = query
+        .into_iter()
+        .map(|(name, value)| (name, Node::String(value)))
+        .collect();
+    let [limit, window_ms, algorithm] = pick(members, &PEEK_PARAMS, "")?;
+    // Digits only: `u64::from_str` would also take a leading `+`.
+    let number = |node: Option<Node>| match node {
+        Some(Node::String(text)) => match text.parse::<u64>() {
+            Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => Some(Node::Unsigned(n)),
+            _ => Some(Node::String(text)),
+        },
+        other => other,
+    };
+    let algorithm = parse_algorithm(algorithm)?;
+    let rule = parse_rule(number(limit), number(window_ms), algorithm)?;
+    Ok(PeekRequest { key, rule })
+}
+
+/// Parses a body that must be one JSON object.
+fn parse_object(body: &[u8]) -> Result<Vec<(String, Node)>, ApiError> {
+    match serde_json::from_slice::<Node>(body) {
+        Ok(Node::Object(members)) => Ok(members),
+        Ok(other) => Err(ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body must be a JSON object, got {}", other.kind()),
+        )),
+        Err(error) => Err(ApiError::new(
+            ErrorCode::InvalidJson,
+            format!("the body is not valid JSON: {error}"),
+        )),
+    }
+}
+
+/// Sorts an object's members into the fields `names`, in that order,
+/// refusing unknown and repeated names. `place` prefixes field names in
+/// messages (`rules[1].`).
+fn pick<const N: usize>(
+    members: Vec<(String, Node)>,
+    names: &[&str; N],
+    place: &str,
+) -> Result<[Option<Node>; N], ApiError> {
+    let mut fields: [Option<Node>; N] = std::array::from_fn(|_| None);
+    for (name, value) in members {
+        let Some(index) = names.iter().position(|n| *n == name) else {
+            return Err(ApiError::new(
+                ErrorCode::UnknownField,
+                format!(
+                    "unknown field \"{place}{}\"; expected {}",
+                    truncate(&name),
+                    names.join(", ")
+                ),
+            ));
+        };
+        if fields[index].replace(value).is_some() {
+            return Err(ApiError::new(
+                ErrorCode::DuplicateField,
+                format!("\"{place}{name}\" is given more than once"),
+            ));
+        }
+    }
+    Ok(fields)
+}
+
+fn parse_rules(rules: Node, default: Algorithm) -> Result<Vec<Rule>, ApiError> {
+    let items = match rules {
+        Node::Array(items) if !items.is_empty() && items.len() <= MAX_RULES => items,
+        Node::Array(items) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!(
+                    "\"rules\" must hold 1 to {MAX_RULES} rules, got {}",
+                    items.len()
+                ),
+            ));
+        }
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!(
+                    "\"rules\" must be an array of rule objects, got {}",
+                    other.kind()
+                ),
+            ));
+        }
+    };
+    let mut rules: Vec<Rule> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let place = format!("rules[{i}]");
+        let Node::Object(members) = item else {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!(
+                    "{place} must be an object such as {{\"limit\":100,\"window_ms\":60000}}, got {}",
+                    item.kind()
+                ),
+            ));
+        };
+        let [limit, window_ms, algorithm] = pick(members, &RULE_FIELDS, &format!("{place}."))?;
+        let algorithm = match algorithm {
+            None | Some(Node::Null) => default,
+            some => parse_algorithm(some).map_err(|e| e.at(&place))?,
+        };
+        let rule = parse_rule(limit, window_ms, algorithm).map_err(|e| e.at(&place))?;
+        if let Some(j) = rules.iter().position(|r| *r == rule) {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!("{place} repeats rules[{j}]"),
+            ));
+        }
+        rules.push(rule);
+    }
+    Ok(rules)
+}
+
+fn parse_rule(
+    limit: Option<Node>,
+    window_ms: Option<Node>,
+    algorithm: Algorithm,
+) -> Result<Rule, ApiError> {
+    let limit_error = |got: &str| {
+        ApiError::new(
+            ErrorCode::InvalidLimit,
+            format!(
+                "\"limit\" must be a whole number from 1 to {}, got {got}",
+                Rate::MAX_LIMIT
+            ),
+        )
+    };
+    let window_error = |got: &str| {
+        ApiError::new(
+            ErrorCode::InvalidWindow,
+            format!(
+                "\"window_ms\" must be a whole number of milliseconds from {} to {} (10 years), got {got}",
+                Rate::MIN_WINDOW.as_millis(),
+                Rate::MAX_WINDOW.as_millis()
+            ),
+        )
+    };
+    let limit = match limit {
+        Some(Node::Unsigned(limit)) => limit,
+        Some(other) => return Err(limit_error(&other.brief())),
+        None => return Err(missing("limit")),
+    };
+    let window_ms = match window_ms {
+        Some(Node::Unsigned(ms)) => ms,
+        Some(other) => return Err(window_error(&other.brief())),
+        None => return Err(missing("window_ms")),
+    };
+    let rate = Rate::new(limit, Duration::from_millis(window_ms)).map_err(|e| match e {
+        slidegate::Error::InvalidLimit { .. } => limit_error(&limit.to_string()),
+        slidegate::Error::InvalidWindow { .. } => window_error(&window_ms.to_string()),
+        other => ApiError::from(other),
+    })?;
+    Ok(Rule::new(rate).with_algorithm(algorithm))
+}
+
+fn parse_algorithm(algorithm: Option<Node>) -> Result<Algorithm, ApiError> {
+    match algorithm {
+        None | Some(Node::Null) => Ok(Algorithm::default()),
+        Some(Node::String(name)) => name.parse().map_err(|_| {
+            ApiError::new(
+                ErrorCode::UnknownAlgorithm,
+                format!(
+                    "unknown algorithm \"{}\"; expected sliding_log, sliding_counter, fixed_window or gcra",
+                    truncate(&name)
+                ),
+            )
+        }),
+        Some(other) => Err(ApiError::new(
+            ErrorCode::UnknownAlgorithm,
+            format!(
+                "\"algorithm\" must be a string (sliding_log, sliding_counter, fixed_window or gcra), got {}",
+                other.kind()
+            ),
+        )),
+    }
+}
+
+fn missing(field: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::MissingField,
+        format!("the field \"{field}\" is required"),
+    )
+}
+
+/// Echoes at most 64 characters of caller-supplied text in a message.
+fn truncate(text: &str) -> String {
+    match text.char_indices().nth(64) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(body: &str) -> ErrorCode {
+        match parse_acquire(body.as_bytes()) {
+            Ok(request) => panic!("{body} was accepted: {request:?}"),
+            Err(error) => error.code(),
+        }
+    }
+
+    #[test]
+    fn a_single_rule_request_parses_with_defaults() {
+        let request = parse_acquire(br#"{"key":"login:1","limit":100,"window_ms":60000}"#).unwrap();
+        assert_eq!(request.key, "login:1");
+        assert_eq!(request.cost, 1);
+        assert_eq!(request.rules, vec![Rule::parse("100/1m").unwrap()]);
+    }
+
+    #[test]
+    fn rules_take_the_top_level_algorithm_unless_they_name_one() {
+        let request = parse_acquire(
+            br#"{"key":"k","algorithm":"gcra","cost":0,"rules":[
+                {"limit":10,"window_ms":1000},
+                {"limit":1000,"window_ms":3600000,"algorithm":"sliding_log"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(request.cost, 0);
+        assert_eq!(request.rules[0].algorithm(), Algorithm::Gcra);
+        assert_eq!(request.rules[1].algorithm(), Algorithm::SlidingLog);
+    }
+
+    #[test]
+    fn each_mistake_has_its_own_code() {
+        assert_eq!(
+            code(r#"{"limit":1,"window_ms":1}"#),
+            ErrorCode::MissingField
+        );
+        assert_eq!(
+            code(r#"{"key":"k","window_ms":1}"#),
+            ErrorCode::MissingField
+        );
+        assert_eq!(code(r#"{"key":"k","limit":1}"#), ErrorCode::MissingField);
+        assert_eq!(
+            code(r#"{"key":1,"limit":1,"window_ms":1}"#),
+            ErrorCode::InvalidKey
+        );
+        assert_eq!(
+            code(r#"{"key":"k","limit":0,"window_ms":1}"#),
+            ErrorCode::InvalidLimit
+        );
+        assert_eq!(
+            code(r#"{"key":"k","limit":1.5,"window_ms":1}"#),
+            ErrorCode::InvalidLimit
+        );
+        assert_eq!(
+            code(r#"{"key":"k","limit":1,"window_ms":0}"#),
+            ErrorCode::InvalidWindow
+        );
+        assert_eq!(
+            code(r#"{"key":"k","limit":1,"window_ms":1,"cost":-1}"#),
+            ErrorCode::InvalidCost
+        );
+        assert_eq!(
+            code(r#"{"key":"k","limit":1,"window_ms":1,"algorithm":"x"}"#),
+            ErrorCode::UnknownAlgorithm
+        );
+        assert_eq!(
+            code(r#"{"key":"k","limit":1,"window_ms":1,"extra":1}"#),
+            ErrorCode::UnknownField
+        );
+        assert_eq!(
+            code(r#"{"key":"k","key":"j","limit":1,"window_ms":1}"#),
+            ErrorCode::DuplicateField
+        );
+        assert_eq!(
+            code(r#"{"key":"k","limit":1,"rules":[]}"#),
+            ErrorCode::ConflictingFields
+        );
+        assert_eq!(code(r#"{"key":"k","rules":[]}"#), ErrorCode::InvalidRules);
+        assert_eq!(code(r#"{"key":"k","rules":[1]}"#), ErrorCode::InvalidRules);
+        assert_eq!(
+            code(r#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":1,"window_ms":1}]}"#),
+            ErrorCode::InvalidRules
+        );
+        assert_eq!(
+            code(r#"{"key":"k","rules":[{"limit":1,"window_ms":1,"limit":2}]}"#),
+            ErrorCode::DuplicateField
+        );
+        assert_eq!(code("[1]"), ErrorCode::InvalidJson);
+        assert_eq!(code("{"), ErrorCode::InvalidJson);
+    }
+
+    #[test]
+    fn messages_name_the_rule_at_fault() {
+        let error = parse_acquire(
+            br#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":0,"window_ms":1}]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidLimit);
+        assert!(
+            error.message().starts_with("rules[1]: "),
+            "{}",
+            error.message()
+        );
+    }
+
+    #[test]
+    fn peek_reads_its_query() {
+        let query = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+                .collect()
+        };
+        let request = parse_peek(
+            "k".into(),
+            query(&[("limit", "5"), ("window_ms", "250"), ("algorithm", "gcra")]),
+        )
+        .unwrap();
+        assert_eq!(
+            request.rule,
+            Rule::parse("5/250ms")
+                .unwrap()
+                .with_algorithm(Algorithm::Gcra)
+        );
+        let code =
+            |pairs: &[(&str, &str)]| parse_peek("k".into(), query(pairs)).unwrap_err().code();
+        assert_eq!(code(&[("limit", "5")]), ErrorCode::MissingField);
+        assert_eq!(
+            code(&[("limit", "+5"), ("window_ms", "1")]),
+            ErrorCode::InvalidLimit
+        );
+        assert_eq!(
+            code(&[("limit", "99999999999999999999"), ("window_ms", "1")]),
+            ErrorCode::InvalidLimit
+        );
+        assert_eq!(
+            code(&[("limit", "5"), ("window_ms", "")]),
+            ErrorCode::InvalidWindow
+        );
+        assert_eq!(
+            code(&[("limit", "5"), ("limit", "6"), ("window_ms", "1")]),
+            ErrorCode::DuplicateField
+        );
+        assert_eq!(
+            code(&[("limit", "5"), ("window_ms", "1"), ("cost", "1")]),
+            ErrorCode::UnknownField
+        );
+    }
+}

@@ -1,0 +1,28 @@
+//! The `slidegate` service: the pieces behind the `slidegate` binary.
+//!
+//! - [`cli`]: the command line (`serve`, `check`); the service's flags are
+//!   also read from `SLIDEGATE_*` environment variables.
+//! - [`backend`]: the store the service decides with, chosen by `--store`.
+//! - [`http`]: the HTTP/JSON API v1 (`POST /v1/acquire`, `GET /v1/keys/{key}`,
+//!   `GET /healthz`, `GET /readyz`) as an axum router.
+//! - [`serve`]: binding, serving and graceful shutdown.
+//! - [`check`]: one decision from the command line.
+//! - [`decision`]: asking the store, and the JSON form of its answer.
+//!
+//! The service only translates protocols: every limiter decision is made by
+//! the [`slidegate`] library's stores.
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod bench;
+pub mod check;
+pub mod check_json;
+pub mod cli;
+pub mod config;
+pub mod decision;
+pub mod grpc;
+pub mod http;
+pub mod logging;
+pub mod metrics;
+pub mod serve;
+pub mod service;

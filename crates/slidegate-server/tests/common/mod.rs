@@ -1,0 +1,205 @@
+//! A real server on a loopback port, and two real clients: hyper for
+//! well-formed requests, a raw socket for anything hyper would refuse to send.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use slidegate::{MemoryStore, Store};
+use slidegate_server::http::{AppState, router};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// How long any test waits for an answer before failing.
+pub const DEADLINE: Duration = Duration::from_secs(10);
+
+/// The router served on `127.0.0.1:0`, stopped on drop.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl TestServer {
+    pub async fn start<S: Store + 'static>(store: S) -> TestServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let app = router(AppState::new(store));
+        let task = tokio::spawn(slidegate_server::serve::serve(listener, app, async {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            addr,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    pub async fn memory() -> TestServer {
+        TestServer::start(MemoryStore::new()).await
+    }
+
+    pub async fn post_json(&self, path: &str, body: &str) -> Reply {
+        self.request(
+            Method::POST,
+            path,
+            &[("content-type", "application/json")],
+            body.as_bytes().to_vec(),
+        )
+        .await
+    }
+
+    pub async fn get(&self, path: &str) -> Reply {
+        self.request(Method::GET, path, &[], Vec::new()).await
+    }
+
+    /// One request on a fresh connection, with hyper's HTTP/1.1 client.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Reply {
+        let exchange = async {
+            let stream = TcpStream::connect(self.addr).await.unwrap();
+            let (mut sender, connection) =
+                hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(connection);
+            let mut request = Request::builder()
+                .method(method)
+                .uri(path)
+                .header("host", self.addr.to_string());
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let request = request.body(Full::new(Bytes::from(body))).unwrap();
+            let response = sender.send_request(request).await.unwrap();
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            Reply {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            }
+        };
+        tokio::time::timeout(DEADLINE, exchange)
+            .await
+            .expect("the server did not answer in time")
+    }
+
+    /// Writes `request` as is on a fresh connection (without closing the
+    /// sending side) and reads one response.
+    pub async fn raw(&self, request: &[u8]) -> Reply {
+        let exchange = async {
+            let mut stream = TcpStream::connect(self.addr).await.unwrap();
+            stream.write_all(request).await.unwrap();
+            read_response(&mut stream).await
+        };
+        tokio::time::timeout(DEADLINE, exchange)
+            .await
+            .expect("the server did not answer in time")
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        self.task.abort();
+    }
+}
+
+/// An answer: status, headers, body.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "the body is not JSON ({e}): {:?}",
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// The `code` of a JSON error body, after checking the body's shape.
+    pub fn error_code(&self) -> String {
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/json"),
+            "{self:?}"
+        );
+        let json = self.json();
+        let error = json["error"].as_object().unwrap_or_else(|| {
+            panic!("no error object in {json}");
+        });
+        assert_eq!(error.len(), 2, "{json}");
+        let message = error["message"].as_str().unwrap();
+        assert!(!message.is_empty(), "{json}");
+        error["code"].as_str().unwrap().to_owned()
+    }
+}
+
+/// Reads one HTTP/1.1 response with a `Content-Length` body.
+pub async fn read_response(stream: &mut TcpStream) -> Reply {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(reply) = parse_response(&buffer) {
+            return reply;
+        }
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(
+            n > 0,
+            "connection closed before a full response: {:?}",
+            String::from_utf8_lossy(&buffer)
+        );
+        buffer.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Parses a complete response from `bytes`, or `None` when more are needed.
+pub fn parse_response(bytes: &[u8]) -> Option<Reply> {
+    let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&bytes[..end]).unwrap();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap();
+    let status: u16 = status_line.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut headers = HeaderMap::new();
+    for line in lines {
+        let (name, value) = line.split_once(':').unwrap();
+        headers.append(
+            http::HeaderName::from_bytes(name.trim().as_bytes()).unwrap(),
+            value.trim().parse().unwrap(),
+        );
+    }
+    let length: usize = headers
+        .get("content-length")
+        .map_or(0, |v| v.to_str().unwrap().parse().unwrap());
+    let body = bytes.get(end + 4..end + 4 + length)?;
+    Some(Reply {
+        status: StatusCode::from_u16(status).unwrap(),
+        headers,
+        body: Bytes::copy_from_slice(body),
+    })
+}
