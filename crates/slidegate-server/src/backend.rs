@@ -9,7 +9,11 @@
 use std::fmt;
 use std::str::FromStr;
 
-use slidegate::{Decision, Hit, MemoryStore, Rule, Store};
+use slidegate::store::resilient::FailurePolicy;
+use slidegate::{Decision, Error, Hit, MemoryStore, Rule, Store};
+
+use crate::cli::StoreArgs;
+use crate::metrics::Instrumented;
 
 /// A parsed `--store` value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,14 +73,37 @@ pub enum ConnectError {
 #[non_exhaustive]
 pub enum Backend {
     /// The in-process store: fast, exact, per instance, lost on restart.
-    Memory(MemoryStore),
+    Memory(MemoryBackend),
+}
+
+/// The memory store, and what to answer when it is full.
+#[derive(Clone, Debug)]
+pub struct MemoryBackend {
+    store: Instrumented<MemoryStore>,
+    /// Decides requests for new keys when the store is full: a full memory
+    /// store has no local fallback but itself, so `local` denies.
+    when_full: FailurePolicy,
+}
+
+impl MemoryBackend {
+    fn when_full(&self, limit: u64) -> Decision {
+        let allow = self.when_full == FailurePolicy::Allow;
+        metrics::counter!("slidegate_policy_decisions_total", "policy" => self.when_full.to_string()).increment(1);
+        Decision::by_policy(allow, limit, std::time::Duration::from_secs(1))
+    }
 }
 
 impl Backend {
-    /// Opens the store `url` names.
-    pub async fn connect(url: &StoreUrl) -> Result<Backend, ConnectError> {
-        match url {
-            StoreUrl::Memory => Ok(Backend::Memory(MemoryStore::new())),
+    /// Opens the store the flags name.
+    pub async fn connect(args: &StoreArgs) -> Result<Backend, ConnectError> {
+        match &args.url {
+            StoreUrl::Memory => Ok(Backend::Memory(MemoryBackend {
+                store: Instrumented::new(
+                    MemoryStore::builder().max_keys(args.max_keys).build(),
+                    "memory",
+                ),
+                when_full: args.on_error,
+            })),
             StoreUrl::Redis(_) => Err(ConnectError::Unsupported("redis")),
         }
     }
@@ -89,34 +116,40 @@ impl Backend {
     }
 }
 
+fn min_limit(rules: &[Rule]) -> u64 {
+    rules.iter().map(Rule::limit).min().unwrap_or(0)
+}
+
 impl Store for Backend {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {
         match self {
-            Backend::Memory(store) => Store::acquire(store, key, rules, cost).await,
+            Backend::Memory(m) => match Store::acquire(&m.store, key, rules, cost).await {
+                Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
+                other => other,
+            },
         }
     }
 
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
         match self {
-            Backend::Memory(store) => Store::acquire_batch(store, hits).await,
+            Backend::Memory(m) => match Store::acquire_batch(&m.store, hits).await {
+                Err(Error::StoreFull { .. }) => {
+                    Ok(hits.iter().map(|h| m.when_full(h.rule.limit())).collect())
+                }
+                other => other,
+            },
         }
     }
 
     async fn reset(&self, key: &str) -> slidegate::Result<()> {
         match self {
-            Backend::Memory(store) => Store::reset(store, key).await,
+            Backend::Memory(m) => Store::reset(&m.store, key).await,
         }
     }
 
     async fn ready(&self) -> slidegate::Result<()> {
         match self {
-            Backend::Memory(store) => Store::ready(store).await,
-        }
-    }
-
-    async fn peek(&self, key: &str, rules: &[Rule]) -> slidegate::Result<Decision> {
-        match self {
-            Backend::Memory(store) => Store::peek(store, key, rules).await,
+            Backend::Memory(m) => Store::ready(&m.store).await,
         }
     }
 }
@@ -148,10 +181,33 @@ mod tests {
         assert_eq!(url.to_string(), "redis");
     }
 
+    fn memory_args(max_keys: usize, on_error: FailurePolicy) -> StoreArgs {
+        StoreArgs {
+            url: StoreUrl::Memory,
+            on_error,
+            timeout_ms: 50,
+            clock: crate::cli::ClockMode::Server,
+            max_keys,
+        }
+    }
+
     #[tokio::test]
-    async fn redis_is_refused_clearly_until_it_exists() {
-        let url: StoreUrl = "redis://127.0.0.1:6379".parse().unwrap();
-        let error = Backend::connect(&url).await.unwrap_err();
-        assert!(error.to_string().contains("--store memory"), "{error}");
+    async fn a_full_memory_store_answers_new_keys_by_policy() {
+        let rule = [Rule::parse("5/1s").unwrap()];
+        for (policy, allowed) in [
+            (FailurePolicy::Deny, false),
+            (FailurePolicy::Local, false),
+            (FailurePolicy::Allow, true),
+        ] {
+            let backend = Backend::connect(&memory_args(1, policy)).await.unwrap();
+            assert!(!backend.acquire("held", &rule, 1).await.unwrap().degraded());
+            let new = backend.acquire("new", &rule, 1).await.unwrap();
+            assert_eq!((new.allowed(), new.degraded()), (allowed, true), "{policy}");
+            let held = backend.acquire("held", &rule, 1).await.unwrap();
+            assert_eq!(
+                (held.allowed(), held.remaining(), held.degraded()),
+                (true, 3, false)
+            );
+        }
     }
 }

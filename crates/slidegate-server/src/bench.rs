@@ -30,10 +30,9 @@ use tonic_health::pb::health_client::HealthClient;
 /// What to measure.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// The store to drive in-process: `memory`, `redis://host:port`,
-    /// `rediss://…`, `redis+cluster://h1:p1,h2:p2`. Ignored with --target.
-    #[arg(long, default_value = "memory", env = "SLIDEGATE_STORE")]
-    pub store: String,
+    /// The store to drive in-process (ignored with --target).
+    #[command(flatten)]
+    pub store: crate::cli::StoreArgs,
     /// Drive a running server instead: `http://host:port` or `grpc://host:port`.
     #[arg(long)]
     pub target: Option<String>,
@@ -122,21 +121,24 @@ pub struct Percentiles {
     pub mean: f64,
 }
 
-/// Runs a bench as the arguments say and prints the report.
-pub async fn run<S, F>(args: BenchArgs, open_store: F) -> anyhow::Result<Report>
+/// Runs a bench as the arguments say and prints the report. `store` is
+/// the store opened from `--store`, used when there is no `--target`.
+pub async fn run<S>(args: BenchArgs, store: Option<S>) -> anyhow::Result<Report>
 where
     S: Store + Clone + 'static,
-    F: FnOnce(&str) -> anyhow::Result<S>,
 {
     let rule = Rule::new(args.rate).with_algorithm(args.algorithm);
     let report = match args.target.as_deref() {
         None => {
-            let store = open_store(&args.store)?;
+            let Some(store) = store else {
+                bail!("no store to drive: give --store or --target");
+            };
             let op = args.op.clone().unwrap_or_else(|| "acquire".into());
             if op != "acquire" {
                 bail!("against a store, --op can only be `acquire`");
             }
-            drive(&args, &args.store, &op, move |key| {
+            let subject = format!("store {}", args.store.url);
+            drive(&args, &subject, &op, move |key| {
                 let store = store.clone();
                 async move {
                     match store.acquire(&key, &[rule], 1).await {

@@ -16,7 +16,7 @@ pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
 
 /// Decides once against the store `--store` names.
 pub async fn decide(args: &CheckArgs) -> anyhow::Result<DecisionBody> {
-    let backend = Backend::connect(&args.store.url)
+    let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;
     let rules: Vec<Rule> = args

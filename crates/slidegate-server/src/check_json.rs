@@ -214,6 +214,9 @@ impl RateLimitResponseJson {
         let mut body = Map::new();
         body.insert("overallCode".into(), json!(code(response.overall)));
         body.insert("statuses".into(), Value::Array(statuses));
+        if response.degraded {
+            body.insert("degraded".into(), json!(true));
+        }
         if response.quota_mode {
             body.insert(
                 "dynamicMetadata".into(),

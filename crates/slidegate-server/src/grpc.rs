@@ -10,11 +10,17 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as ProtoCode, DescriptorStatus as ProtoStatus, RateLimit as ProtoLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{self, ListValue, Struct, value::Kind};
 use slidegate::Store;
+use tokio::net::TcpListener;
+use tonic::metadata::MetadataValue;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
+use tonic_health::ServingStatus;
 
 use crate::config::{RateLimitConfig, Unit};
 use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
@@ -32,19 +38,78 @@ impl<S> RateLimitGrpc<S> {
     }
 }
 
+/// The metadata key that marks an answer made by a failure policy.
+pub const DEGRADED_METADATA: &str = "x-slidegate-degraded";
+
 #[tonic::async_trait]
 impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
     async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        let _in_flight = crate::metrics::InFlight::start("grpc");
         let request = from_proto(request.into_inner())?;
         let config = self.config.load_full();
         match service::check(&config, &self.store, &request).await {
-            Ok(response) => Ok(Response::new(to_proto(&response))),
+            Ok(response) => {
+                crate::metrics::check_decisions(&request.domain, &response);
+                let mut answer = Response::new(to_proto(&response));
+                if response.degraded {
+                    answer
+                        .metadata_mut()
+                        .insert(DEGRADED_METADATA, MetadataValue::from_static("true"));
+                }
+                Ok(answer)
+            }
             Err(error) => Err(status_of(&error)),
         }
     }
+}
+
+/// The name the health service reports the rate limit service under.
+const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// Serves `ShouldRateLimit` and the standard health service on `listener`
+/// until `shutdown` completes. Health says SERVING while the store is ready.
+pub async fn serve<S: Store + Clone + 'static>(
+    listener: TcpListener,
+    config: Arc<ArcSwap<RateLimitConfig>>,
+    store: S,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let probe_store = store.clone();
+    let prober = tokio::spawn(async move {
+        loop {
+            let ready = matches!(
+                tokio::time::timeout(Duration::from_secs(1), probe_store.ready()).await,
+                Ok(Ok(()))
+            );
+            let status = if ready {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            reporter.set_service_status("", status).await;
+            reporter.set_service_status(SERVICE_NAME, status).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stopped.changed() => return,
+            }
+        }
+    });
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let result = tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(RateLimitServiceServer::new(RateLimitGrpc::new(
+            config, store,
+        )))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await;
+    let _ = stop.send(true);
+    let _ = prober.await;
+    result
 }
 
 /// The gRPC status of a failed check.

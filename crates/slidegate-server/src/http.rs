@@ -4,8 +4,11 @@
 //! |---|---|
 //! | `POST /v1/acquire` | 200 allowed, 429 denied; decision as JSON, `RateLimit-Policy`, `RateLimit`, and `Retry-After` on 429 |
 //! | `GET /v1/keys/{key}?limit=..&window_ms=..[&algorithm=..]` | 200; the key's state under that rule, consuming nothing |
+//! | `POST /v1/check` (alias `POST /json`) | Envoy's `RateLimitRequest` in proto3 JSON, decided against the `--config` rules; 200 OK, 429 OVER_LIMIT, body `RateLimitResponse` |
+//! | `DELETE /v1/keys/{key}` | forgets the key under every rule; only with `--admin-token`, sent as `Authorization: Bearer` (401 without, 403 when wrong or disabled) |
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 when the store can decide, 503 otherwise |
+//! | `GET /metrics` | Prometheus text |
 //!
 //! Every error is `{"error":{"code":"...","message":"..."}}` with a stable
 //! code ([`ErrorCode`]): 400 for bad input, 404, 405, 408, 413, 415, and
@@ -16,6 +19,9 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use metrics_exporter_prometheus::PrometheusHandle;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -30,8 +36,12 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::check_json::{RateLimitRequestJson, RateLimitResponseJson};
+use crate::config::RateLimitConfig;
 use crate::decision::{self, DecisionBody, Outcome};
+use crate::service::{self, CheckError, Code};
 
+mod admin;
 mod body;
 mod error;
 pub mod headers;
@@ -54,14 +64,49 @@ pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
 /// What every handler shares.
 pub struct AppState<S> {
     store: Arc<S>,
+    config: Arc<ArcSwap<RateLimitConfig>>,
+    admin_token: Option<Arc<str>>,
+    metrics: Option<PrometheusHandle>,
 }
 
 impl<S> AppState<S> {
-    /// State deciding with `store`.
+    /// State deciding with `store`, with no rules for `/v1/check`, no admin
+    /// token and no metrics.
     pub fn new(store: S) -> AppState<S> {
         AppState {
             store: Arc::new(store),
+            config: Arc::new(ArcSwap::from_pointee(RateLimitConfig::default())),
+            admin_token: None,
+            metrics: None,
         }
+    }
+
+    /// The rules of `/v1/check` (swapped in place on reload).
+    pub fn with_config(mut self, config: Arc<ArcSwap<RateLimitConfig>>) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Enables `DELETE /v1/keys/{key}` for this bearer token.
+    pub fn with_admin_token(mut self, token: Option<String>) -> Self {
+        self.admin_token = token.filter(|t| !t.is_empty()).map(Arc::from);
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// The rules of `/v1/check` and gRPC.
+    pub fn config(&self) -> &Arc<ArcSwap<RateLimitConfig>> {
+        &self.config
+    }
+
+    /// Serves `GET /metrics` from this recorder.
+    pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
+        self.metrics = Some(handle);
+        self
     }
 }
 
@@ -69,6 +114,9 @@ impl<S> Clone for AppState<S> {
     fn clone(&self) -> Self {
         AppState {
             store: Arc::clone(&self.store),
+            config: Arc::clone(&self.config),
+            admin_token: self.admin_token.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -77,9 +125,12 @@ impl<S> Clone for AppState<S> {
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
     Router::new()
         .route("/v1/acquire", post(acquire::<S>))
-        .route("/v1/keys/{key}", get(peek::<S>))
+        .route("/v1/check", post(check::<S>))
+        .route("/json", post(check::<S>))
+        .route("/v1/keys/{key}", get(peek::<S>).delete(admin::reset::<S>))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<S>))
+        .route("/metrics", get(metrics_text::<S>))
         .fallback(not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(error::panic_response))
@@ -88,6 +139,7 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
             REQUEST_TIMEOUT,
         ))
         .layer(map_response(error::json_errors))
+        .layer(axum::middleware::from_fn(count_in_flight))
         .layer(TraceLayer::new_for_http())
 }
 
@@ -99,6 +151,7 @@ async fn acquire<S: Store>(
     let request = request::parse_acquire(&body)?;
     let outcome =
         decision::acquire(&*state.store, &request.key, &request.rules, request.cost).await?;
+    crate::metrics::acquire_decision(&request.rules, &outcome.decision);
     let status = if outcome.decision.allowed() {
         StatusCode::OK
     } else {
@@ -128,6 +181,63 @@ async fn peek<S: Store>(
     let request = request::parse_peek(key, query)?;
     let outcome = decision::peek(&*state.store, &request.key, request.rule).await?;
     Ok(decision_response(StatusCode::OK, &outcome))
+}
+
+/// `POST /v1/check` and `POST /json`: Envoy's check in proto3 JSON.
+async fn check<S: Store>(
+    State(state): State<AppState<S>>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let request = RateLimitRequestJson::from_slice(&body)
+        .map_err(|e| {
+            let code = match e.classify() {
+                serde_json::error::Category::Data => ErrorCode::InvalidRequest,
+                _ => ErrorCode::InvalidJson,
+            };
+            ApiError::new(code, format!("not a RateLimitRequest: {e}"))
+        })?
+        .into_request()
+        .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.0))?;
+    let config = state.config.load_full();
+    let response = match service::check(&config, &*state.store, &request).await {
+        Ok(response) => response,
+        Err(CheckError::Store(error)) => return Err(error.into()),
+        Err(other) => return Err(ApiError::new(ErrorCode::InvalidRequest, other.to_string())),
+    };
+    crate::metrics::check_decisions(&request.domain, &response);
+    let status = match response.overall {
+        Code::Ok => StatusCode::OK,
+        Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
+    };
+    Ok((
+        status,
+        Json(RateLimitResponseJson::of(&response).into_value()),
+    )
+        .into_response())
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn metrics_text<S>(State(state): State<AppState<S>>) -> Result<Response, ApiError> {
+    let handle = state.metrics.as_ref().ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::NotFound,
+            "metrics are not enabled in this server",
+        )
+    })?;
+    let mut response = handle.render().into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    Ok(response)
+}
+
+async fn count_in_flight(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let _in_flight = crate::metrics::InFlight::start("http");
+    next.run(request).await
 }
 
 fn decision_response(status: StatusCode, outcome: &Outcome) -> Response {
@@ -163,6 +273,6 @@ async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
 async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such route; the API has POST /v1/acquire, GET /v1/keys/{key}, GET /healthz and GET /readyz",
+        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz and GET /metrics",
     )
 }

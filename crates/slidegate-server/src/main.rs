@@ -3,8 +3,10 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use slidegate_server::backend::Backend;
 use slidegate_server::cli::{Cli, Command};
-use slidegate_server::{check, logging, serve};
+use slidegate_server::config::{LoadOptions, RateLimitConfig};
+use slidegate_server::{bench, check, logging, serve};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -29,6 +31,23 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Check(args) => check::run(args).await,
+            Command::Bench(args) => {
+                let store = match args.target {
+                    Some(_) => None,
+                    None => Some(Backend::connect(&args.store).await?),
+                };
+                bench::run(args, store).await.map(drop)
+            }
+            Command::ValidateConfig(args) => {
+                let options = LoadOptions {
+                    merge_domains: args.merge_domains,
+                };
+                let config = RateLimitConfig::load(&args.paths, options)?;
+                let mut domains: Vec<&str> = config.domains().collect();
+                domains.sort_unstable();
+                println!("ok: {} domain(s): {}", domains.len(), domains.join(", "));
+                Ok(())
+            }
         }
     })
 }

@@ -67,9 +67,9 @@ pub fn acquire_decision(rules: &[Rule], decision: &Decision) {
 }
 
 /// Counts the outcome of every descriptor of one Envoy check.
-pub fn check_decisions(domain: &str, response: &CheckResponse, degraded: bool) {
+pub fn check_decisions(domain: &str, response: &CheckResponse) {
     for (outcome, rule) in &response.outcomes {
-        let outcome = match (degraded, outcome) {
+        let outcome = match (response.degraded, outcome) {
             (true, Outcome::Allowed | Outcome::Denied) => "degraded",
             (_, Outcome::Unlimited) => "unlimited",
             (_, Outcome::Allowed) => "allowed",

@@ -1,35 +1,99 @@
-//! `slidegate serve`: bind, serve, stop gracefully.
+//! `slidegate serve`: bind, serve HTTP and gRPC, reload the rules, stop
+//! gracefully.
 
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use slidegate::Store;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::backend::Backend;
 use crate::cli::ServeArgs;
+use crate::config::{LiveConfig, LoadOptions};
+use crate::grpc;
 use crate::http::{self, AppState};
+
+/// How long the config watcher waits for a burst of file events to settle.
+const RELOAD_DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Runs the service until SIGTERM or Ctrl-C, then returns once the
 /// requests in flight are answered.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let backend = Backend::connect(&args.store.url)
+    let metrics = crate::metrics::install();
+    let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;
-    let listener = TcpListener::bind(&args.http_addr)
+    let live = if args.config.is_empty() {
+        None
+    } else {
+        let options = LoadOptions {
+            merge_domains: args.merge_domains,
+        };
+        Some(Arc::new(
+            LiveConfig::load(args.config.clone(), options).context("cannot load the rules")?,
+        ))
+    };
+    let _watcher = match &live {
+        Some(live) => Some(
+            live.watch(RELOAD_DEBOUNCE)
+                .context("cannot watch the rule files")?,
+        ),
+        None => None,
+    };
+    let mut state = AppState::new(backend.clone())
+        .with_admin_token(args.admin_token.clone())
+        .with_metrics(metrics);
+    if let Some(live) = &live {
+        state = state.with_config(live.current());
+    }
+    let http_listener = TcpListener::bind(&args.http_addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.http_addr))?;
-    let addr = listener.local_addr()?;
-    tracing::info!(http_addr = %addr, store = backend.kind(), "slidegate is serving");
-    serve(
-        listener,
-        http::router(AppState::new(backend)),
-        shutdown_signal(),
-    )
-    .await
-    .context("the HTTP server failed")?;
+    let grpc_listener = TcpListener::bind(&args.grpc_addr)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.grpc_addr))?;
+    tracing::info!(
+        http_addr = %http_listener.local_addr()?,
+        grpc_addr = %grpc_listener.local_addr()?,
+        store = backend.kind(),
+        rules = ?args.config,
+        "slidegate is serving"
+    );
+    serve_both(http_listener, grpc_listener, state, shutdown_signal()).await?;
     tracing::info!("slidegate stopped");
     Ok(())
+}
+
+/// Serves the HTTP API and the gRPC services until `shutdown` completes;
+/// then both stop accepting, answer what is in flight, and return.
+pub async fn serve_both<S: Store + Clone + 'static>(
+    http_listener: TcpListener,
+    grpc_listener: TcpListener,
+    state: AppState<S>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop, stopped) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop.send(true);
+    });
+    let store = (**state.store()).clone();
+    let config = Arc::clone(state.config());
+    let http = serve(http_listener, http::router(state), wait(stopped.clone()));
+    let grpc = grpc::serve(grpc_listener, config, store, wait(stopped));
+    let (http, grpc) = tokio::join!(http, grpc);
+    http.context("the HTTP server failed")?;
+    grpc.context("the gRPC server failed")?;
+    Ok(())
+}
+
+async fn wait(mut stopped: watch::Receiver<bool>) {
+    // An error means the sender is gone: stop as well.
+    let _ = stopped.wait_for(|stop| *stop).await;
 }
 
 /// Serves `app` on `listener` until `shutdown` completes; then stops

@@ -29,6 +29,7 @@ impl Server {
         let mut child = Command::new(BINARY)
             .arg("serve")
             .env("SLIDEGATE_HTTP_ADDR", "127.0.0.1:0")
+            .env("SLIDEGATE_GRPC_ADDR", "127.0.0.1:0")
             .env("SLIDEGATE_LOG_FORMAT", "json")
             .env("SLIDEGATE_STORE", "memory")
             .env("RUST_LOG", "info")

@@ -371,8 +371,9 @@ async fn wrong_methods_get_a_json_405_with_allow() {
     let cases = [
         (Method::GET, "/v1/acquire", "POST"),
         (Method::PUT, "/v1/acquire", "POST"),
-        (Method::DELETE, "/v1/keys/k", "GET,HEAD"),
-        (Method::POST, "/v1/keys/k", "GET,HEAD"),
+        (Method::PUT, "/v1/keys/k", "GET,HEAD,DELETE"),
+        (Method::POST, "/v1/keys/k", "GET,HEAD,DELETE"),
+        (Method::GET, "/v1/check", "POST"),
         (Method::POST, "/healthz", "GET,HEAD"),
     ];
     for (method, path, allow) in cases {

@@ -46,6 +46,10 @@ pub enum ErrorCode {
     InvalidRequest,
     /// No such route.
     NotFound,
+    /// The admin route needs `Authorization: Bearer TOKEN`.
+    Unauthorized,
+    /// The admin token is wrong, or the admin API is disabled.
+    Forbidden,
     /// The route exists, but not for this method (see the `Allow` header).
     MethodNotAllowed,
     /// The request did not complete in time.
@@ -65,6 +69,8 @@ impl ErrorCode {
     pub fn status(self) -> StatusCode {
         match self {
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -80,6 +86,8 @@ impl ErrorCode {
     fn for_status(status: StatusCode) -> ErrorCode {
         match status {
             StatusCode::NOT_FOUND => ErrorCode::NotFound,
+            StatusCode::UNAUTHORIZED => ErrorCode::Unauthorized,
+            StatusCode::FORBIDDEN => ErrorCode::Forbidden,
             StatusCode::METHOD_NOT_ALLOWED => ErrorCode::MethodNotAllowed,
             StatusCode::REQUEST_TIMEOUT => ErrorCode::RequestTimeout,
             StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::PayloadTooLarge,

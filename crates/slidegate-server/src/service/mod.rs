@@ -97,6 +97,8 @@ pub struct CheckResponse {
     pub quota_violations: Vec<usize>,
     /// True when some limit is in quota mode.
     pub quota_mode: bool,
+    /// True when a failure policy decided some descriptor, not the store.
+    pub degraded: bool,
 }
 
 /// Bad requests, answered with a client error.
@@ -340,6 +342,7 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
         outcomes: Vec::with_capacity(plans.len()),
         quota_violations: Vec::new(),
         quota_mode: false,
+        degraded: decisions.iter().flatten().any(Decision::degraded),
     };
     for (i, (plan, decision)) in plans.iter().zip(decisions).enumerate() {
         let Some(plan) = plan else {

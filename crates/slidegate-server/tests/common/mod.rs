@@ -22,6 +22,8 @@ pub const DEADLINE: Duration = Duration::from_secs(10);
 /// The router served on `127.0.0.1:0`, stopped on drop.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The gRPC listener, when started with [`TestServer::full`].
+    pub grpc_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -37,6 +39,28 @@ impl TestServer {
         }));
         TestServer {
             addr,
+            grpc_addr: None,
+            stop: Some(stop),
+            task,
+        }
+    }
+
+    /// HTTP and gRPC, as `slidegate serve` runs them, with `state`.
+    pub async fn full<S: Store + Clone + 'static>(state: AppState<S>) -> TestServer {
+        let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let (addr, grpc_addr) = (http.local_addr().unwrap(), grpc.local_addr().unwrap());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            slidegate_server::serve::serve_both(http, grpc, state, async {
+                let _ = stopped.await;
+            })
+            .await
+            .map_err(std::io::Error::other)
+        });
+        TestServer {
+            addr,
+            grpc_addr: Some(grpc_addr),
             stop: Some(stop),
             task,
         }

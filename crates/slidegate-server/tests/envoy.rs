@@ -1,0 +1,537 @@
+//! Envoy's rate limit service end to end: the same cases over gRPC
+//! (`ShouldRateLimit`, with a tonic client) and over `POST /v1/check`, on a
+//! real server with envoyproxy/ratelimit's own example rules; rule reloads
+//! through the server; metrics; the admin route; gRPC health.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::TestServer;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::google::protobuf::UInt64Value;
+use http::{Method, StatusCode};
+use serde_json::{Value, json};
+use slidegate::MemoryStore;
+use slidegate_server::config::{LiveConfig, LoadOptions};
+use slidegate_server::http::AppState;
+use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+fn example_rules() -> Arc<LiveConfig> {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/envoy-ratelimit/valid/example.yaml");
+    Arc::new(LiveConfig::load(vec![path], LoadOptions::default()).unwrap())
+}
+
+async fn server_with(rules: &LiveConfig) -> TestServer {
+    let state = AppState::new(MemoryStore::new())
+        .with_config(rules.current())
+        .with_admin_token(Some("s3cret".into()))
+        .with_metrics(slidegate_server::metrics::install());
+    TestServer::full(state).await
+}
+
+/// One descriptor: entries, and an optional per-descriptor hits_addend.
+type Descriptor = (Vec<(&'static str, &'static str)>, Option<u64>);
+
+/// An Envoy check, asked over either protocol; the answer reduced to the
+/// overall code and each descriptor's code and remaining units.
+#[derive(Clone, Copy)]
+enum Protocol {
+    Grpc,
+    Json,
+}
+
+#[derive(Debug, PartialEq)]
+struct Answer {
+    over_limit: bool,
+    statuses: Vec<(bool, u64)>,
+}
+
+async fn ask(
+    server: &TestServer,
+    protocol: Protocol,
+    domain: &str,
+    descriptors: &[Descriptor],
+    hits: u32,
+) -> Answer {
+    match protocol {
+        Protocol::Grpc => {
+            let addr = server.grpc_addr.expect("a gRPC listener");
+            let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+                .await
+                .unwrap();
+            let request = RateLimitRequest {
+                domain: domain.into(),
+                descriptors: descriptors
+                    .iter()
+                    .map(|(entries, hits)| RateLimitDescriptor {
+                        entries: entries
+                            .iter()
+                            .map(|(k, v)| Entry {
+                                key: (*k).into(),
+                                value: (*v).into(),
+                            })
+                            .collect(),
+                        hits_addend: hits.map(|value| UInt64Value { value }),
+                        ..RateLimitDescriptor::default()
+                    })
+                    .collect(),
+                hits_addend: hits,
+            };
+            let response = client
+                .should_rate_limit(request)
+                .await
+                .unwrap()
+                .into_inner();
+            Answer {
+                over_limit: response.overall_code == 2,
+                statuses: response
+                    .statuses
+                    .iter()
+                    .map(|s| (s.code == 2, u64::from(s.limit_remaining)))
+                    .collect(),
+            }
+        }
+        Protocol::Json => {
+            let body = json!({
+                "domain": domain,
+                "hitsAddend": hits,
+                "descriptors": descriptors.iter().map(|(entries, hits)| {
+                    let mut d = json!({"entries": entries.iter().map(|(k, v)| json!({"key": k, "value": v})).collect::<Vec<_>>()});
+                    if let Some(h) = hits { d["hitsAddend"] = json!(h.to_string()); }
+                    d
+                }).collect::<Vec<_>>(),
+            });
+            let reply = server.post_json("/v1/check", &body.to_string()).await;
+            let json = reply.json();
+            let over_limit = json["overallCode"] == "OVER_LIMIT";
+            assert_eq!(
+                reply.status,
+                if over_limit {
+                    StatusCode::TOO_MANY_REQUESTS
+                } else {
+                    StatusCode::OK
+                },
+                "{json}"
+            );
+            Answer {
+                over_limit,
+                statuses: json["statuses"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| {
+                        (
+                            s["code"] == "OVER_LIMIT",
+                            s["limitRemaining"].as_u64().unwrap_or(0),
+                        )
+                    })
+                    .collect(),
+            }
+        }
+    }
+}
+
+/// A sequence of checks and the answers expected, one per step.
+struct Case {
+    name: &'static str,
+    steps: Vec<(Vec<Descriptor>, u32, bool, Vec<(bool, u64)>)>,
+}
+
+fn d(entries: &[(&'static str, &'static str)]) -> Descriptor {
+    (entries.to_vec(), None)
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "a key-only default counts per value",
+            steps: vec![
+                (vec![d(&[("foo", "a")])], 1, false, vec![(false, 1)]),
+                (vec![d(&[("foo", "a")])], 1, false, vec![(false, 0)]),
+                (vec![d(&[("foo", "a")])], 1, true, vec![(true, 0)]),
+                (vec![d(&[("foo", "b")])], 1, false, vec![(false, 1)]),
+            ],
+        },
+        Case {
+            name: "several descriptors pass or fail together",
+            steps: vec![
+                (
+                    vec![d(&[("foo", "m")]), d(&[("unspec", "x")])],
+                    1,
+                    false,
+                    vec![(false, 1), (false, 1)],
+                ),
+                (vec![d(&[("unspec", "x")])], 1, false, vec![(false, 0)]),
+                // unspec is full: foo=m is not charged.
+                (
+                    vec![d(&[("foo", "m")]), d(&[("unspec", "x")])],
+                    1,
+                    true,
+                    vec![(false, 1), (true, 0)],
+                ),
+                (vec![d(&[("foo", "m")])], 1, false, vec![(false, 0)]),
+            ],
+        },
+        Case {
+            name: "hits_addend at request and descriptor level",
+            steps: vec![
+                (
+                    vec![d(&[("foo", "h"), ("bar", "x")])],
+                    2,
+                    false,
+                    vec![(false, 1)],
+                ),
+                (
+                    vec![(vec![("foo", "h"), ("bar", "x")], Some(0))],
+                    1,
+                    false,
+                    vec![(false, 1)],
+                ),
+                (
+                    vec![(vec![("foo", "h"), ("bar", "x")], Some(2))],
+                    1,
+                    true,
+                    vec![(true, 1)],
+                ),
+            ],
+        },
+        Case {
+            name: "nested descriptors and shadow mode",
+            steps: (0..4)
+                .map(|i| {
+                    (
+                        vec![d(&[("foo", "n"), ("baz", "shady")])],
+                        1,
+                        false,
+                        vec![(false, 2u64.saturating_sub(i))],
+                    )
+                })
+                .collect(),
+        },
+        Case {
+            name: "replaces drops the named limit",
+            steps: (0..5)
+                .map(|i| {
+                    let over = i == 4;
+                    (
+                        vec![
+                            d(&[("foo", "r"), ("bar", "bkthomps")]),
+                            d(&[("category", "account")]),
+                        ],
+                        1,
+                        over,
+                        vec![(false, 0), (over, 3u64.saturating_sub(i))],
+                    )
+                })
+                .collect(),
+        },
+        Case {
+            name: "unlimited and blocked",
+            steps: vec![
+                (vec![d(&[("qux", "anything")])], 1, false, vec![(false, 0)]),
+                (
+                    vec![d(&[("foo", "z"), ("bar", "banned")])],
+                    1,
+                    true,
+                    vec![(true, 0)],
+                ),
+            ],
+        },
+        Case {
+            name: "an unknown domain limits nothing",
+            steps: vec![(vec![d(&[("foo", "a")])], 1, false, vec![(false, 0)])],
+        },
+    ]
+}
+
+#[tokio::test]
+async fn grpc_and_json_give_the_same_answers_on_the_upstream_example() {
+    for protocol in [Protocol::Grpc, Protocol::Json] {
+        for case in cases() {
+            // A fresh server per case: cases do not share counters.
+            let rules = example_rules();
+            let server = server_with(&rules).await;
+            let domain = if case.name.starts_with("an unknown") {
+                "nope"
+            } else {
+                "rl"
+            };
+            for (i, (descriptors, hits, over, statuses)) in case.steps.iter().enumerate() {
+                let answer = ask(&server, protocol, domain, descriptors, *hits).await;
+                let expected = Answer {
+                    over_limit: *over,
+                    statuses: statuses.clone(),
+                };
+                assert_eq!(answer, expected, "{}: step {i}", case.name);
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn wildcards_anywhere_in_a_value_over_grpc() {
+    let dir = std::env::temp_dir().join(format!("slidegate-envoy-wild-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/envoy-ratelimit/valid/wildcard.yaml");
+    std::fs::copy(source, dir.join("wildcard.yaml")).unwrap();
+    let rules = Arc::new(LiveConfig::load(vec![dir.clone()], LoadOptions::default()).unwrap());
+    let server = server_with(&rules).await;
+    let limited = ask(
+        &server,
+        Protocol::Grpc,
+        "test-domain",
+        &[d(&[("multiWild", "foo-1-bar-2-baz")])],
+        1,
+    )
+    .await;
+    assert_eq!(limited.statuses, [(false, 9)]);
+    let unmatched = ask(
+        &server,
+        Protocol::Grpc,
+        "test-domain",
+        &[d(&[("multiWild", "foo-1-baz")])],
+        1,
+    )
+    .await;
+    assert_eq!(unmatched.statuses, [(false, 0)]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[tokio::test]
+async fn bad_requests_are_invalid_argument_and_400() {
+    let rules = example_rules();
+    let server = server_with(&rules).await;
+    let addr = server.grpc_addr.unwrap();
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let empty_domain = RateLimitRequest {
+        domain: String::new(),
+        ..RateLimitRequest::default()
+    };
+    let status = client.should_rate_limit(empty_domain).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    let no_descriptors = RateLimitRequest {
+        domain: "rl".into(),
+        ..RateLimitRequest::default()
+    };
+    assert_eq!(
+        client
+            .should_rate_limit(no_descriptors)
+            .await
+            .unwrap_err()
+            .code(),
+        Code::InvalidArgument
+    );
+    for body in [
+        r#"{"domain":""}"#,
+        r#"{"domain":"rl","descriptors":[]}"#,
+        r#"{"domain":"rl","descriptors":[{"entries":[]}]}"#,
+        r#"{"domain":"rl","unknown":1}"#,
+        "{",
+    ] {
+        let reply = server.post_json("/v1/check", body).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{body}");
+        assert!(reply.json()["error"]["code"].is_string(), "{body}");
+    }
+    // The envoyproxy/ratelimit alias.
+    let reply = server
+        .post_json(
+            "/json",
+            r#"{"domain":"rl","descriptors":[{"entries":[{"key":"qux","value":"1"}]}]}"#,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_rule_change_on_disk_reaches_grpc_without_a_restart() {
+    let dir = std::env::temp_dir().join(format!("slidegate-envoy-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules_of = |limit: u32| {
+        format!(
+            "domain: live\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n"
+        )
+    };
+    std::fs::write(dir.join("rules.yaml"), rules_of(1)).unwrap();
+    let live = Arc::new(LiveConfig::load(vec![dir.clone()], LoadOptions::default()).unwrap());
+    let _watch = live.watch(Duration::from_millis(50)).unwrap();
+    let server = server_with(&live).await;
+    let first = ask(&server, Protocol::Grpc, "live", &[d(&[("k", "v")])], 1).await;
+    assert_eq!(first.statuses, [(false, 0)]);
+    std::fs::write(dir.join("rules.yaml"), rules_of(100)).unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let answer = ask(&server, Protocol::Grpc, "live", &[d(&[("k", "w")])], 1).await;
+        if answer.statuses == [(false, 99)] {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the new rules never arrived: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn counter(metrics: &str, needle: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#') && needle.iter().all(|n| l.contains(n)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test]
+async fn metrics_move_with_traffic() {
+    let rules = example_rules();
+    let server = server_with(&rules).await;
+    let scrape =
+        || async { String::from_utf8(server.get("/metrics").await.body.to_vec()).unwrap() };
+    let before = scrape().await;
+    let denied = [
+        "slidegate_decisions_total",
+        "source=\"check\"",
+        "domain=\"rl\"",
+        "rule=\"rl.foo\"",
+        "outcome=\"denied\"",
+    ];
+    let allowed = [
+        "slidegate_decisions_total",
+        "source=\"check\"",
+        "domain=\"rl\"",
+        "rule=\"rl.foo\"",
+        "outcome=\"allowed\"",
+    ];
+    for _ in 0..3 {
+        ask(
+            &server,
+            Protocol::Grpc,
+            "rl",
+            &[d(&[("foo", "metrics")])],
+            1,
+        )
+        .await;
+    }
+    server
+        .post_json("/v1/acquire", r#"{"key":"m","limit":1,"window_ms":60000}"#)
+        .await;
+    let after = scrape().await;
+    assert_eq!(
+        counter(&after, &allowed) - counter(&before, &allowed),
+        2.0,
+        "{after}"
+    );
+    assert_eq!(counter(&after, &denied) - counter(&before, &denied), 1.0);
+    let acquire = [
+        "slidegate_decisions_total",
+        "source=\"acquire\"",
+        "rule=\"1/1m\"",
+    ];
+    assert!(counter(&after, &acquire) - counter(&before, &acquire) >= 1.0);
+    assert!(
+        after.contains("slidegate_store_call_duration_seconds")
+            || after.contains("slidegate_requests_in_flight")
+    );
+}
+
+#[tokio::test]
+async fn the_admin_route_needs_the_token() {
+    let rules = example_rules();
+    let server = server_with(&rules).await;
+    let body = r#"{"key":"admin:k","limit":1,"window_ms":60000}"#;
+    assert_eq!(
+        server.post_json("/v1/acquire", body).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        server.post_json("/v1/acquire", body).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    let none = server
+        .request(Method::DELETE, "/v1/keys/admin:k", &[], Vec::new())
+        .await;
+    assert_eq!(none.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(none.header("www-authenticate"), Some("Bearer"));
+    let wrong = server
+        .request(
+            Method::DELETE,
+            "/v1/keys/admin:k",
+            &[("authorization", "Bearer nope")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(
+        (wrong.status, wrong.error_code().as_str()),
+        (StatusCode::FORBIDDEN, "forbidden")
+    );
+    let right = server
+        .request(
+            Method::DELETE,
+            "/v1/keys/admin:k",
+            &[("authorization", "Bearer s3cret")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(right.status, StatusCode::OK);
+    assert_eq!(
+        server.post_json("/v1/acquire", body).await.status,
+        StatusCode::OK,
+        "the key was reset"
+    );
+    // Without --admin-token the route is refused.
+    let plain = TestServer::memory().await;
+    let disabled = plain
+        .request(
+            Method::DELETE,
+            "/v1/keys/k",
+            &[("authorization", "Bearer s3cret")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(disabled.status, StatusCode::FORBIDDEN);
+    assert_eq!(disabled.json()["error"]["code"], Value::from("forbidden"));
+}
+
+#[tokio::test]
+async fn grpc_health_reports_serving() {
+    let rules = example_rules();
+    let server = server_with(&rules).await;
+    let addr = server.grpc_addr.unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    let start = std::time::Instant::now();
+    loop {
+        let status = health
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        if status == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "not SERVING: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
