@@ -140,10 +140,14 @@ async fn ask(
     }
 }
 
+/// One check: descriptors, request hits_addend, whether the request is
+/// over the limit, and each descriptor's (over, remaining).
+type Step = (Vec<Descriptor>, u32, bool, Vec<(bool, u64)>);
+
 /// A sequence of checks and the answers expected, one per step.
 struct Case {
     name: &'static str,
-    steps: Vec<(Vec<Descriptor>, u32, bool, Vec<(bool, u64)>)>,
+    steps: Vec<Step>,
 }
 
 fn d(entries: &[(&'static str, &'static str)]) -> Descriptor {
