@@ -29,6 +29,10 @@ pub mod algorithm;
 pub mod clock;
 pub mod decision;
 pub mod error;
+#[cfg(feature = "http")]
+pub mod headers;
+#[cfg(feature = "tower")]
+pub mod middleware;
 pub mod rate;
 pub mod store;
 
@@ -38,3 +42,6 @@ pub use error::{Error, Result};
 pub use rate::{Rate, Rule};
 pub use store::memory::{MemoryStats, MemoryStore, MemoryStoreBuilder};
 pub use store::{Hit, Store};
+
+#[cfg(feature = "tower")]
+pub use middleware::RateLimitLayer;
