@@ -23,6 +23,16 @@
 //! - [`algorithm`]: the four algorithms as pure state machines.
 //! - [`MemoryStore`]: the in-process store; the [`Store`] trait is what
 //!   every store offers.
+#![cfg_attr(
+    feature = "tower",
+    doc = "- [`middleware`]: [`RateLimitLayer`], the tower layer for axum routers, routes and tonic servers, with its own quick start."
+)]
+#![cfg_attr(
+    feature = "http",
+    doc = "- [`headers`]: the IETF `RateLimit` and `RateLimit-Policy` fields."
+)]
+//!
+//! Features: `tower` (the middleware), `http` (the header formatting only).
 #![warn(missing_docs)]
 
 pub mod algorithm;

@@ -16,7 +16,6 @@
 //! let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
 //!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! # let app: Router = app; if true { return Ok(()) }
 //! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
 //! # Ok(())
 //! # }
@@ -24,7 +23,7 @@
 //!
 //! A request over the limit gets `429 Too Many Requests` with
 //! `Retry-After`, the IETF `RateLimit` and `RateLimit-Policy` fields
-//! (see [`headers`](crate::headers)) and an `application/problem+json`
+//! (see [`crate::headers`]) and an `application/problem+json`
 //! body of type
 //! [`quota-exceeded`](https://iana.org/assignments/http-problem-types#quota-exceeded):
 //!
@@ -294,7 +293,10 @@ impl<St, K> RateLimitBuilder<St, K> {
     ///     .on_rejection(|rejection, _request, mut response| {
     ///         if let Rejection::RateLimited { .. } = rejection {
     ///             *response.body_mut() = "slow down".into();
-    ///             response.headers_mut().insert("content-type", "text/plain".parse().unwrap());
+    ///             response.headers_mut().insert(
+    ///                 http::header::CONTENT_TYPE,
+    ///                 http::HeaderValue::from_static("text/plain"),
+    ///             );
     ///         }
     ///         response
     ///     })

@@ -252,7 +252,9 @@ pub enum Key {}
 
 impl Key {
     /// The address of the TCP peer, from axum's `ConnectInfo<SocketAddr>`
-    /// (serve with `into_make_service_with_connect_info::<SocketAddr>()`).
+    /// (serve with `into_make_service_with_connect_info::<SocketAddr>()`)
+    /// or, with the feature `tonic`, from the `TcpConnectInfo` a tonic
+    /// server adds (plain TCP; not behind tonic's own TLS).
     /// Part: `ip=203.0.113.7`.
     ///
     /// Behind a reverse proxy every request has the proxy's address: use
@@ -351,12 +353,21 @@ impl PeerIp {
     }
 }
 
-/// The peer address of a request, from axum's `ConnectInfo<SocketAddr>`.
+/// The peer address of a request, from axum's `ConnectInfo<SocketAddr>`
+/// or (feature `tonic`) tonic's `TcpConnectInfo`.
 pub(crate) fn peer_addr(request: &Parts) -> Option<IpAddr> {
-    request
+    if let Some(ConnectInfo(addr)) = request.extensions.get::<ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip().to_canonical());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = request
         .extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|info| info.0.ip().to_canonical())
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(|info| info.remote_addr())
+    {
+        return Some(addr.ip().to_canonical());
+    }
+    None
 }
 
 const NO_PEER: NoKey = NoKey::new(
