@@ -82,35 +82,35 @@
 //! a [`prefix`](RateLimitBuilder::prefix) each.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::request::Parts;
-use http::{HeaderValue, Request, Response, StatusCode};
+use http::StatusCode;
 use tower_layer::Layer;
-use tower_service::Service;
 
 use crate::error::Error;
-use crate::headers::{self, InvalidPolicyName};
+use crate::headers::InvalidPolicyName;
 use crate::rate::{Rate, Rule};
-use crate::store::{MAX_KEY_LEN, Store};
+use crate::store::Store;
 
 mod body;
+mod builder;
 mod key;
 mod proxy;
 mod response;
+mod service;
 
 pub use body::ResponseBody;
+pub use builder::RateLimitBuilder;
 pub use key::{
     And, ClientIp, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor, KeyWriter, NoKey,
     PathKey, PeerIp, Route,
 };
 pub use proxy::{InvalidProxyRange, ProxyHeader, TrustedProxies};
 pub use response::{DEGRADED, QUOTA_EXCEEDED, Rejection, TEMPORARY_REDUCED_CAPACITY};
+pub use service::{RateLimit, ResponseFuture};
+
+use service::Config;
 
 /// What happens to a request from which no key can be extracted (no peer
 /// address, no authenticated user, no API key header).
@@ -201,182 +201,6 @@ pub enum BuildError {
     DuplicatePolicy(String),
 }
 
-type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
-type RejectionHook =
-    dyn Fn(&Rejection<'_>, &Parts, Response<Bytes>) -> Response<Bytes> + Send + Sync;
-
-/// Configures a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
-pub struct RateLimitBuilder<St, K> {
-    store: St,
-    key: K,
-    rules: Vec<(Option<String>, Result<Rule, Error>)>,
-    cost: Option<Box<CostFn>>,
-    missing_key: MissingKey,
-    on_store_error: OnStoreError,
-    headers_on_success: bool,
-    prefix: Option<String>,
-    on_rejection: Option<Box<RejectionHook>>,
-}
-
-impl<St, K> RateLimitBuilder<St, K> {
-    /// Adds a rule. Unnamed rules are the policy `"default"` when alone,
-    /// `"p0"`, `"p1"`, ... (by position) otherwise.
-    pub fn rule(mut self, rule: impl IntoRule) -> Self {
-        self.rules.push((None, rule.into_rule()));
-        self
-    }
-
-    /// Adds a rule with the policy name shown in the `RateLimit` fields
-    /// and the problem's `violated-policies` (printable ASCII).
-    pub fn policy(mut self, name: impl Into<String>, rule: impl IntoRule) -> Self {
-        self.rules.push((Some(name.into()), rule.into_rule()));
-        self
-    }
-
-    /// The cost of each request, in the rules' units (1 by default): bytes
-    /// from `Content-Length`, tokens, the price of an expensive call. A cost
-    /// of 0 passes when the quota has room, without using any.
-    ///
-    /// ```
-    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer}};
-    /// // One megabyte a minute per client, counted in kilobytes.
-    /// let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
-    ///     .rule("1024/m")
-    ///     .cost(|req| {
-    ///         let bytes = req.headers.get(http::header::CONTENT_LENGTH)
-    ///             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-    ///             .unwrap_or(0);
-    ///         bytes.div_ceil(1024).max(1)
-    ///     })
-    ///     .build()?;
-    /// # Ok::<(), slidegate::middleware::BuildError>(())
-    /// ```
-    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
-        self.cost = Some(Box::new(cost));
-        self
-    }
-
-    /// What to do with requests without a key (default: reject with 400).
-    pub fn missing_key(mut self, outcome: MissingKey) -> Self {
-        self.missing_key = outcome;
-        self
-    }
-
-    /// What to do when the store fails (default: allow).
-    pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
-        self.on_store_error = policy;
-        self
-    }
-
-    /// Also send `RateLimit-Policy` and `RateLimit` on the responses of
-    /// allowed requests (default: only on rejections).
-    pub fn headers_on_success(mut self, yes: bool) -> Self {
-        self.headers_on_success = yes;
-        self
-    }
-
-    /// Starts every key with `prefix`, so layers sharing a store keep apart
-    /// (`login|ip=203.0.113.7`).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = Some(prefix.into());
-        self
-    }
-
-    /// Rewrites the responses of rejected requests. The hook gets the
-    /// rejection, the request's head and the default response, and returns
-    /// the response to send.
-    ///
-    /// ```
-    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer, Rejection}};
-    /// let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
-    ///     .rule("10/s")
-    ///     .on_rejection(|rejection, _request, mut response| {
-    ///         if let Rejection::RateLimited { .. } = rejection {
-    ///             *response.body_mut() = "slow down".into();
-    ///             response.headers_mut().insert(
-    ///                 http::header::CONTENT_TYPE,
-    ///                 http::HeaderValue::from_static("text/plain"),
-    ///             );
-    ///         }
-    ///         response
-    ///     })
-    ///     .build()?;
-    /// # Ok::<(), slidegate::middleware::BuildError>(())
-    /// ```
-    pub fn on_rejection(
-        mut self,
-        hook: impl Fn(&Rejection<'_>, &Parts, Response<Bytes>) -> Response<Bytes>
-        + Send
-        + Sync
-        + 'static,
-    ) -> Self {
-        self.on_rejection = Some(Box::new(hook));
-        self
-    }
-
-    /// The layer, or what is wrong with the rules.
-    pub fn build(self) -> Result<RateLimitLayer<St, K>, BuildError> {
-        let count = self.rules.len();
-        if count == 0 {
-            return Err(BuildError::NoRules);
-        }
-        let mut defaults = headers::default_policy_names(count).into_iter();
-        let mut policies: Vec<(String, Rule)> = Vec::with_capacity(count);
-        for (index, (name, rule)) in self.rules.into_iter().enumerate() {
-            let rule = rule.map_err(|source| BuildError::Rule { index, source })?;
-            let default = defaults.next().unwrap_or_default();
-            let name = name.unwrap_or(default);
-            headers::check_policy_name(&name)?;
-            if policies.iter().any(|(other, _)| *other == name) {
-                return Err(BuildError::DuplicatePolicy(name));
-            }
-            policies.push((name, rule));
-        }
-        let rules: Box<[Rule]> = policies.iter().map(|(_, rule)| *rule).collect();
-        let min_limit = rules.iter().map(Rule::limit).min().unwrap_or(1);
-        let policy_header =
-            headers::ratelimit_policy(policies.iter().map(|(name, rule)| (name.as_str(), *rule)));
-        let policy_header = HeaderValue::try_from(policy_header)
-            .map_err(|_| InvalidPolicyName(policies[0].0.clone()))?;
-        let missing_key = match self.missing_key {
-            MissingKey::Reject(status) if !status.is_client_error() => {
-                MissingKey::Reject(StatusCode::BAD_REQUEST)
-            }
-            other => other,
-        };
-        Ok(RateLimitLayer {
-            config: Arc::new(Config {
-                store: self.store,
-                key: self.key,
-                rules,
-                names: policies.into_iter().map(|(name, _)| name.into()).collect(),
-                min_limit,
-                policy_header,
-                cost: self.cost,
-                missing_key,
-                on_store_error: self.on_store_error,
-                headers_on_success: self.headers_on_success,
-                prefix: self.prefix,
-                on_rejection: self.on_rejection,
-            }),
-        })
-    }
-}
-
-impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitBuilder<St, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitBuilder")
-            .field("store", &self.store)
-            .field("key", &self.key)
-            .field("rules", &self.rules)
-            .field("missing_key", &self.missing_key)
-            .field("on_store_error", &self.on_store_error)
-            .field("headers_on_success", &self.headers_on_success)
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
-}
-
 /// A tower [`Layer`] that rate limits requests: see the [module docs](self).
 ///
 /// Cheap to clone: clones share the configuration and the store.
@@ -393,21 +217,17 @@ where
     /// key that `key` extracts. Add at least one rule, then
     /// [`build`](RateLimitBuilder::build).
     pub fn builder(store: St, key: K) -> RateLimitBuilder<St, K> {
-        RateLimitBuilder {
-            store,
-            key,
-            rules: Vec::new(),
-            cost: None,
-            missing_key: MissingKey::default(),
-            on_store_error: OnStoreError::default(),
-            headers_on_success: false,
-            prefix: None,
-            on_rejection: None,
-        }
+        RateLimitBuilder::new(store, key)
     }
 }
 
 impl<St, K> RateLimitLayer<St, K> {
+    fn from_config(config: Config<St, K>) -> Self {
+        RateLimitLayer {
+            config: Arc::new(config),
+        }
+    }
+
     /// The rules, in order.
     pub fn rules(&self) -> &[Rule] {
         &self.config.rules
@@ -444,253 +264,6 @@ impl<S, St, K> Layer<S> for RateLimitLayer<St, K> {
     type Service = RateLimit<S, St, K>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        RateLimit {
-            inner,
-            config: Arc::clone(&self.config),
-        }
-    }
-}
-
-struct Config<St, K> {
-    store: St,
-    key: K,
-    rules: Box<[Rule]>,
-    names: Box<[Box<str>]>,
-    min_limit: u64,
-    policy_header: HeaderValue,
-    cost: Option<Box<CostFn>>,
-    missing_key: MissingKey,
-    on_store_error: OnStoreError,
-    headers_on_success: bool,
-    prefix: Option<String>,
-    on_rejection: Option<Box<RejectionHook>>,
-}
-
-impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("store", &self.store)
-            .field("key", &self.key)
-            .field("rules", &self.rules)
-            .field("names", &self.names)
-            .field("missing_key", &self.missing_key)
-            .field("on_store_error", &self.on_store_error)
-            .field("headers_on_success", &self.headers_on_success)
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The outcome of the checks before the inner service is called.
-enum Verdict<'a> {
-    /// Call the inner service; add these headers to its response.
-    Pass {
-        decision: Option<crate::Decision>,
-        degraded: bool,
-    },
-    Reject(Rejection<'a>),
-    /// The store failed and the policy denies.
-    StoreDenied {
-        error: Error,
-        retry_after: Duration,
-    },
-}
-
-impl<St: Store, K: KeyExtractor> Config<St, K> {
-    /// The store key of `request`: the prefix and the extracted parts.
-    fn key(&self, request: &Parts) -> Result<String, NoKey> {
-        let mut key = KeyWriter::with_capacity(64);
-        if let Some(prefix) = &self.prefix {
-            key.push_word(prefix);
-        }
-        let start = key.as_str().len();
-        self.key.extract(request, &mut key)?;
-        if key.as_str().len() == start {
-            return Err(NoKey::new("the key extractor wrote no key"));
-        }
-        Ok(key.into_store_key(MAX_KEY_LEN))
-    }
-
-    fn shared_key(&self) -> String {
-        let mut key = KeyWriter::new();
-        if let Some(prefix) = &self.prefix {
-            key.push_word(prefix);
-        }
-        key.push_word("nokey");
-        key.into_store_key(MAX_KEY_LEN)
-    }
-
-    async fn decide(&self, request: &Parts) -> Verdict<'_> {
-        let key = match self.key(request) {
-            Ok(key) => key,
-            Err(reason) => match self.missing_key {
-                MissingKey::Allow => {
-                    return Verdict::Pass {
-                        decision: None,
-                        degraded: false,
-                    };
-                }
-                MissingKey::Shared => self.shared_key(),
-                MissingKey::Reject(status) => {
-                    return Verdict::Reject(Rejection::MissingKey { reason, status });
-                }
-            },
-        };
-        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        if cost > self.min_limit {
-            return Verdict::Reject(Rejection::CostTooHigh {
-                cost,
-                limit: self.min_limit,
-            });
-        }
-        match self.store.acquire(&key, &self.rules, cost).await {
-            Ok(decision) if decision.allowed() => Verdict::Pass {
-                decision: Some(decision),
-                degraded: decision.degraded(),
-            },
-            Ok(decision) => {
-                let index = self.deciding_rule(&decision);
-                Verdict::Reject(Rejection::RateLimited {
-                    decision,
-                    policy: &self.names[index],
-                    rule: self.rules[index],
-                })
-            }
-            Err(Error::CostExceedsLimit { cost, limit }) => {
-                Verdict::Reject(Rejection::CostTooHigh { cost, limit })
-            }
-            Err(error) => self.store_failed(error),
-        }
-    }
-
-    fn store_failed(&self, error: Error) -> Verdict<'_> {
-        match self.on_store_error {
-            OnStoreError::Allow => Verdict::Pass {
-                decision: None,
-                degraded: true,
-            },
-            OnStoreError::Deny { retry_after } => Verdict::StoreDenied { error, retry_after },
-        }
-    }
-
-    /// The rule a combined decision reports on. The store says only its
-    /// limit, so rules sharing a limit are told apart by window: a denial
-    /// never asks to wait longer than its rule's window.
-    fn deciding_rule(&self, decision: &crate::Decision) -> usize {
-        let same_limit = || {
-            self.rules
-                .iter()
-                .enumerate()
-                .filter(|(_, rule)| rule.limit() == decision.limit())
-        };
-        let first = same_limit().next().map_or(0, |(index, _)| index);
-        if decision.allowed() {
-            return first;
-        }
-        let wait = decision.retry_after().as_micros();
-        same_limit()
-            .filter(|(_, rule)| u128::from(rule.window_micros()) + 1 >= wait)
-            .min_by_key(|(_, rule)| rule.window_micros())
-            .map_or(first, |(index, _)| index)
-    }
-
-    fn reject(&self, rejection: &Rejection<'_>, request: &Parts) -> Response<Bytes> {
-        let cx = response::Context {
-            grpc: response::grpc_content_type(request),
-            policy_header: &self.policy_header,
-        };
-        let default = response::default_response(rejection, &cx);
-        match &self.on_rejection {
-            Some(hook) => hook(rejection, request, default),
-            None => default,
-        }
-    }
-}
-
-/// The [`Service`] made by [`RateLimitLayer`]: decides each request, then
-/// calls the inner service or answers itself.
-pub struct RateLimit<S, St, K> {
-    inner: S,
-    config: Arc<Config<St, K>>,
-}
-
-impl<S: Clone, St, K> Clone for RateLimit<S, St, K> {
-    fn clone(&self) -> Self {
-        RateLimit {
-            inner: self.inner.clone(),
-            config: Arc::clone(&self.config),
-        }
-    }
-}
-
-impl<S: fmt::Debug, St: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimit<S, St, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimit")
-            .field("inner", &self.inner)
-            .field("config", &self.config)
-            .finish()
-    }
-}
-
-/// The future of a [`RateLimit`] call.
-pub type ResponseFuture<B, E> =
-    Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static>>;
-
-impl<S, St, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, St, K>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    St: Store + 'static,
-    K: KeyExtractor,
-    ReqBody: Send + 'static,
-{
-    type Response = Response<ResponseBody<ResBody>>;
-    type Error = S::Error;
-    type Future = ResponseFuture<ResBody, S::Error>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        // The service that poll_ready readied goes into the future; a fresh
-        // clone, not yet ready, stays behind for the next poll_ready.
-        let clone = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, clone);
-        let config = Arc::clone(&self.config);
-        Box::pin(async move {
-            let (parts, body) = request.into_parts();
-            let (decision, degraded) = match config.decide(&parts).await {
-                Verdict::Pass { decision, degraded } => (decision, degraded),
-                Verdict::Reject(rejection) => {
-                    let response = config.reject(&rejection, &parts);
-                    return Ok(response.map(ResponseBody::rejection));
-                }
-                Verdict::StoreDenied { error, retry_after } => {
-                    let rejection = Rejection::StoreFailure {
-                        error: &error,
-                        retry_after,
-                    };
-                    let response = config.reject(&rejection, &parts);
-                    return Ok(response.map(ResponseBody::rejection));
-                }
-            };
-            let response = inner.call(Request::from_parts(parts, body)).await?;
-            let mut response = response.map(ResponseBody::inner);
-            let headers = response.headers_mut();
-            if let Some(decision) = decision.filter(|_| config.headers_on_success) {
-                let index = config.deciding_rule(&decision);
-                headers.append(headers::RATELIMIT_POLICY, config.policy_header.clone());
-                if let Ok(value) =
-                    HeaderValue::try_from(headers::ratelimit(&config.names[index], &decision))
-                {
-                    headers.append(headers::RATELIMIT, value);
-                }
-            }
-            if degraded {
-                headers.insert(DEGRADED, HeaderValue::from_static("true"));
-            }
-            Ok(response)
-        })
+        RateLimit::new(inner, Arc::clone(&self.config))
     }
 }

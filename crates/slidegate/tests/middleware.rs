@@ -580,6 +580,81 @@ async fn a_denied_request_releases_the_inner_services_readiness() {
     assert_eq!(statuses, [200, 429, 429, 429]);
 }
 
+/// A store that answers only on its second poll, as a network store does.
+#[derive(Clone, Default)]
+struct Slow(MemoryStore);
+
+impl Store for Slow {
+    async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {
+        tokio::task::yield_now().await;
+        Store::acquire(&self.0, key, rules, cost).await
+    }
+
+    async fn acquire_batch(&self, hits: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
+        tokio::task::yield_now().await;
+        Store::acquire_batch(&self.0, hits).await
+    }
+
+    async fn reset(&self, key: &str) -> slidegate::Result<()> {
+        Store::reset(&self.0, key).await
+    }
+
+    async fn ready(&self) -> slidegate::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_store_that_waits_decides_the_same() {
+    let layer = RateLimitLayer::builder(Slow::default(), Key::peer_ip())
+        .rule("2/m")
+        .headers_on_success(true)
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
+    let first = send(addr, empty(get_req("/"))).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.body, "ok");
+    // The entry counts until it is more than 60 s old: t rounds 60 s + 1 µs up.
+    assert_eq!(first.list("ratelimit"), r#""default";r=1;t=61"#);
+    assert_eq!(send(addr, empty(get_req("/"))).await.status, StatusCode::OK);
+    let denied = send(addr, empty(get_req("/"))).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.header("retry-after"), Some("60"));
+}
+
+#[tokio::test]
+async fn a_waiting_store_keeps_poll_ready_and_call_paired() {
+    use tower::{Service, ServiceExt};
+    let layer = RateLimitLayer::builder(Slow::default(), Key::global())
+        .rule("2/m")
+        .build()
+        .expect("layer");
+    let inner = tower::service_fn(|_: http::Request<String>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(String::from("ok")))
+    });
+    let mut service = tower::ServiceBuilder::new()
+        .layer(layer)
+        .concurrency_limit(1)
+        .service(inner);
+    let run = async {
+        let mut statuses = Vec::new();
+        for _ in 0..4 {
+            let ready = service.ready().await.expect("ready");
+            let response = ready
+                .call(http::Request::new(String::new()))
+                .await
+                .expect("response");
+            statuses.push(response.status().as_u16());
+        }
+        statuses
+    };
+    let statuses = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .expect("no call hangs");
+    assert_eq!(statuses, [200, 200, 429, 429]);
+}
+
 #[test]
 fn a_layer_needs_valid_rules_and_policy_names() {
     use slidegate::middleware::BuildError;
