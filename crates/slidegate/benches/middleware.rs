@@ -4,6 +4,11 @@
 //! keyed by the peer address, on 1 and 10,000 keys. Limits are high enough
 //! that every request passes: this measures the admission path.
 //!
+//! Two reference points: `noop_layer`, a layer that does nothing (what any
+//! layer costs in axum), and `slidegate_gcra`, the same layer with the
+//! GCRA algorithm instead of the exact sliding log (what keeping every
+//! admission of the window costs).
+//!
 //! `cargo bench -p slidegate --bench middleware --features tower`
 
 use std::hint::black_box;
@@ -16,8 +21,8 @@ use axum::extract::ConnectInfo;
 use axum::routing::get;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use http::Request;
-use slidegate::MemoryStore;
 use slidegate::middleware::{Key, RateLimitLayer};
+use slidegate::{Algorithm, MemoryStore, Rule};
 use tower::ServiceExt;
 use tower_governor::GovernorLayer;
 use tower_governor::governor::GovernorConfigBuilder;
@@ -28,12 +33,17 @@ fn app() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
 }
 
-fn slidegate_app() -> Router {
+fn slidegate_app(algorithm: Algorithm) -> Router {
+    let rule = Rule::parse("1000000000/1s").expect("valid rule");
     let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
-        .rule("1000000000/1s")
+        .rule(rule.with_algorithm(algorithm))
         .build()
         .expect("valid layer");
     app().layer(layer)
+}
+
+fn noop_app() -> Router {
+    app().layer(tower::util::MapRequestLayer::new(|r: Request<Body>| r))
 }
 
 fn governor_app() -> Router {
@@ -78,10 +88,18 @@ fn bench(c: &mut Criterion) {
     group.bench_function("no_layer", |b| {
         b.iter_custom(|iters| run(&runtime, &plain, 1, iters))
     });
+    let noop = noop_app();
+    group.bench_function("noop_layer", |b| {
+        b.iter_custom(|iters| run(&runtime, &noop, 1, iters))
+    });
     for keys in KEY_COUNTS {
-        let slidegate = slidegate_app();
+        let slidegate = slidegate_app(Algorithm::SlidingLog);
         group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
             b.iter_custom(|iters| run(&runtime, &slidegate, keys, iters))
+        });
+        let gcra = slidegate_app(Algorithm::Gcra);
+        group.bench_function(BenchmarkId::new("slidegate_gcra", keys), |b| {
+            b.iter_custom(|iters| run(&runtime, &gcra, keys, iters))
         });
         let governor = governor_app();
         group.bench_function(BenchmarkId::new("tower_governor", keys), |b| {

@@ -133,7 +133,9 @@ impl Default for MissingKey {
     }
 }
 
-/// What happens when the store fails (times out, is unreachable, errs).
+/// What happens when the store fails (times out, is unreachable, errs),
+/// or returns any other error that leaves a request undecided. A cost
+/// above a limit is not such an error: it is always answered with 413.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnStoreError {
     /// Pass the request on (fail open). The default.
