@@ -66,7 +66,8 @@ pub async fn send(addr: SocketAddr, request: Request<Full<Bytes>>) -> Reply {
 }
 
 /// Sends `request` over a new connection from the local address `from`
-/// (any 127.0.0.0/8 address works on Linux loopback).
+/// (on Linux the whole 127.0.0.0/8 is loopback; macOS needs an alias,
+/// `ifconfig lo0 alias 127.0.0.2`).
 pub async fn send_from(from: IpAddr, addr: SocketAddr, request: Request<Full<Bytes>>) -> Reply {
     let socket = TcpSocket::new_v4().expect("socket");
     socket.bind(SocketAddr::new(from, 0)).expect("bind client");
