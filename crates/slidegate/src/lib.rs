@@ -23,12 +23,26 @@
 //! - [`algorithm`]: the four algorithms as pure state machines.
 //! - [`MemoryStore`]: the in-process store; the [`Store`] trait is what
 //!   every store offers.
+#![cfg_attr(
+    feature = "tower",
+    doc = "- [`middleware`]: [`RateLimitLayer`], the tower layer for axum routers, routes and tonic servers, with its own quick start."
+)]
+#![cfg_attr(
+    feature = "http",
+    doc = "- [`headers`]: the IETF `RateLimit` and `RateLimit-Policy` fields."
+)]
+//!
+//! Features: `tower` (the middleware), `http` (the header formatting only).
 #![warn(missing_docs)]
 
 pub mod algorithm;
 pub mod clock;
 pub mod decision;
 pub mod error;
+#[cfg(feature = "http")]
+pub mod headers;
+#[cfg(feature = "tower")]
+pub mod middleware;
 pub mod rate;
 pub mod store;
 
@@ -38,3 +52,6 @@ pub use error::{Error, Result};
 pub use rate::{Rate, Rule};
 pub use store::memory::{MemoryStats, MemoryStore, MemoryStoreBuilder};
 pub use store::{Hit, Store};
+
+#[cfg(feature = "tower")]
+pub use middleware::RateLimitLayer;

@@ -1,0 +1,212 @@
+//! The IETF RateLimit header fields, formatted from [`Rule`]s and
+//! [`Decision`]s.
+//!
+//! This follows draft-ietf-httpapi-ratelimit-headers-10: two Structured
+//! Field Lists (RFC 9651) whose items are quota policies named by
+//! sf-strings.
+//!
+//! - `RateLimit-Policy: "p0";q=10;w=1, "p1";q=300;w=60`: every policy's
+//!   quota `q` and window `w` in whole seconds, rounded up (a 250 ms window
+//!   is `w=1`). It does not change from one response to the next.
+//! - `RateLimit: "p0";r=9;t=1`: the policy that decided this request, what
+//!   remains `r`, and `t`, the seconds until more quota is available:
+//!   `retry_after` rounded up when denied, `reset_after` rounded up when
+//!   allowed.
+//! - `Retry-After` (RFC 9110), on denials: whole seconds rounded up, never
+//!   earlier than `t`.
+//!
+//! Functions here are pure: they know nothing about requests, so the
+//! middleware and the server share them.
+//!
+//! ```
+//! use slidegate::headers;
+//! use slidegate::{Decision, Rule};
+//!
+//! let rules = [Rule::parse("10/s")?, Rule::parse("300/m")?];
+//! let names = headers::default_policy_names(rules.len());
+//! let policies = names.iter().map(String::as_str).zip(rules);
+//! assert_eq!(headers::ratelimit_policy(policies), r#""p0";q=10;w=1, "p1";q=300;w=60"#);
+//!
+//! let allowed = Decision::from_parts(true, 10, 9, 0, 400_000); // reset in 0.4 s
+//! assert_eq!(headers::ratelimit("p0", &allowed), r#""p0";r=9;t=1"#);
+//!
+//! let denied = Decision::from_parts(false, 300, 0, 41_200_000, 59_000_000);
+//! assert_eq!(headers::ratelimit("p1", &denied), r#""p1";r=0;t=42"#);
+//! assert_eq!(headers::retry_after(&denied), 42);
+//! # Ok::<(), slidegate::Error>(())
+//! ```
+
+use std::fmt::Write as _;
+
+use crate::decision::Decision;
+use crate::rate::Rule;
+
+/// `RateLimit-Policy`: the quota policies that apply to a request.
+pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
+
+/// `RateLimit`: the current state of the policy that decided a request.
+pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
+
+/// The policy name used when a limiter has a single rule.
+pub const DEFAULT_POLICY_NAME: &str = "default";
+
+/// A policy name that cannot be written as a Structured Field string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "invalid policy name {0:?}: policy names are sf-strings, printable ASCII (0x20 to 0x7E) only"
+)]
+pub struct InvalidPolicyName(pub String);
+
+/// Checks that `name` can be sent as an sf-string: printable ASCII only
+/// (`"` and `\` are escaped when written).
+///
+/// ```
+/// use slidegate::headers::check_policy_name;
+/// assert!(check_policy_name("per-minute").is_ok());
+/// assert!(check_policy_name("say \"hi\"").is_ok());
+/// assert!(check_policy_name("minüte").is_err());
+/// assert!(check_policy_name("tab\there").is_err());
+/// ```
+pub fn check_policy_name(name: &str) -> Result<(), InvalidPolicyName> {
+    if name.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        Ok(())
+    } else {
+        Err(InvalidPolicyName(name.to_owned()))
+    }
+}
+
+/// The names given to `count` unnamed rules: `"default"` for one rule,
+/// `"p0"`, `"p1"`, ... for several.
+///
+/// ```
+/// assert_eq!(slidegate::headers::default_policy_names(1), ["default"]);
+/// assert_eq!(slidegate::headers::default_policy_names(2), ["p0", "p1"]);
+/// ```
+pub fn default_policy_names(count: usize) -> Vec<String> {
+    if count == 1 {
+        return vec![DEFAULT_POLICY_NAME.to_owned()];
+    }
+    (0..count).map(|i| format!("p{i}")).collect()
+}
+
+/// A rule's window in whole seconds, rounded up: the `w` parameter.
+/// A 250 ms window is `1`, a 90 s window `90`.
+pub fn window_secs(rule: &Rule) -> u64 {
+    rule.window_micros().div_ceil(1_000_000)
+}
+
+/// The `t` parameter: seconds until more quota is available, rounded up.
+/// `retry_after` when denied, `reset_after` when allowed.
+pub fn reset_secs(decision: &Decision) -> u64 {
+    if decision.allowed() {
+        decision.reset_after_secs()
+    } else {
+        decision.retry_after_secs()
+    }
+}
+
+/// The `Retry-After` value of a denial, in whole seconds: the wait rounded
+/// up, at least 1, and never earlier than the `t` of the `RateLimit` field.
+pub fn retry_after(decision: &Decision) -> u64 {
+    decision.retry_after_secs().max(reset_secs(decision)).max(1)
+}
+
+/// The `RateLimit-Policy` field value for `(name, rule)` pairs, in order:
+/// `"p0";q=10;w=1, "p1";q=300;w=60`.
+///
+/// Names should have passed [`check_policy_name`]; bytes outside printable
+/// ASCII are dropped here rather than producing an invalid field.
+pub fn ratelimit_policy<'a>(policies: impl IntoIterator<Item = (&'a str, Rule)>) -> String {
+    let mut out = String::new();
+    for (i, (name, rule)) in policies.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_sf_string(&mut out, name);
+        // Writing to a String cannot fail.
+        let _ = write!(out, ";q={};w={}", rule.limit(), window_secs(&rule));
+    }
+    out
+}
+
+/// The `RateLimit` field value for the policy `name` that decided
+/// `decision`: `"p0";r=9;t=1`.
+pub fn ratelimit(name: &str, decision: &Decision) -> String {
+    let mut out = String::with_capacity(name.len() + 24);
+    push_sf_string(&mut out, name);
+    let _ = write!(
+        out,
+        ";r={};t={}",
+        decision.remaining(),
+        reset_secs(decision)
+    );
+    out
+}
+
+/// Appends `value` as an sf-string: quoted, with `"` and `\` escaped.
+fn push_sf_string(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => {}
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(s: &str) -> Rule {
+        Rule::parse(s).unwrap()
+    }
+
+    #[test]
+    fn one_rule_is_the_default_policy() {
+        let names = default_policy_names(1);
+        let value = ratelimit_policy(names.iter().map(String::as_str).zip([rule("100/1m")]));
+        assert_eq!(value, r#""default";q=100;w=60"#);
+    }
+
+    #[test]
+    fn sub_second_windows_round_up_to_one_second() {
+        assert_eq!(window_secs(&rule("3/250ms")), 1);
+        assert_eq!(window_secs(&rule("3/1500ms")), 2);
+        assert_eq!(window_secs(&rule("3/1s")), 1);
+        assert_eq!(window_secs(&rule("3/1h")), 3600);
+    }
+
+    #[test]
+    fn names_are_escaped_as_sf_strings() {
+        let value = ratelimit_policy([(r#"a"b\c"#, rule("1/s"))]);
+        assert_eq!(value, r#""a\"b\\c";q=1;w=1"#);
+        assert_eq!(
+            ratelimit("é", &Decision::from_parts(true, 1, 0, 0, 1)),
+            r#""";r=0;t=1"#
+        );
+    }
+
+    #[test]
+    fn t_is_the_wait_when_denied_and_the_reset_when_allowed() {
+        let allowed = Decision::from_parts(true, 10, 3, 0, 2_000_001);
+        assert_eq!(reset_secs(&allowed), 3);
+        let denied = Decision::from_parts(false, 10, 0, 1, 9_000_000);
+        assert_eq!(reset_secs(&denied), 1);
+        assert_eq!(retry_after(&denied), 1);
+    }
+
+    #[test]
+    fn retry_after_is_never_zero_nor_before_t() {
+        let denied = Decision::from_parts(false, 10, 0, 59_000_001, 60_000_000);
+        assert_eq!(reset_secs(&denied), 60);
+        assert_eq!(retry_after(&denied), 60);
+        let odd = Decision::from_parts(false, 10, 0, 0, 0);
+        assert_eq!(retry_after(&odd), 1);
+    }
+}

@@ -1,0 +1,271 @@
+//! Rate limiting for tower services: axum routers and routes, tonic
+//! servers, anything that is a `tower::Service<http::Request<B>>`
+//! (feature `tower`).
+//!
+//! ```
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::get};
+//! use slidegate::MemoryStore;
+//! use slidegate::middleware::{Key, RateLimitLayer};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let limit = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+//!     .rule("10/s")      // and, all or nothing with it,
+//!     .rule("300/m")     // at most 300 a minute
+//!     .build()?;
+//! let app = Router::new().route("/", get(|| async { "hello" })).layer(limit);
+//!
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A request over the limit gets `429 Too Many Requests` with
+//! `Retry-After`, the IETF `RateLimit` and `RateLimit-Policy` fields
+//! (see [`crate::headers`]) and an `application/problem+json`
+//! body of type
+//! [`quota-exceeded`](https://iana.org/assignments/http-problem-types#quota-exceeded):
+//!
+//! ```text
+//! HTTP/1.1 429 Too Many Requests
+//! ratelimit-policy: "p0";q=10;w=1, "p1";q=300;w=60
+//! ratelimit: "p0";r=0;t=1
+//! retry-after: 1
+//! content-type: application/problem+json
+//!
+//! {"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+//!  "title":"Request cannot be satisfied as assigned quota has been exceeded",
+//!  "status":429,"detail":"the quota 10/1s of policy \"p0\" is used up; retry in 1 s",
+//!  "violated-policies":["p0"]}
+//! ```
+//!
+//! # What the layer does, per request
+//!
+//! 1. **Key**: the [`KeyExtractor`] names the bucket (`ip=203.0.113.7`,
+//!    `user=42|route=POST /login`); see [`Key`] for the built-in ones and
+//!    their combinations. A request without a key gets the
+//!    [`MissingKey`] outcome: rejected with a 4xx (400 by default),
+//!    passed unlimited, or counted in one shared bucket. Never a 500.
+//! 2. **Cost**: 1, or what the [`cost`](RateLimitBuilder::cost) function
+//!    says (bytes, tokens). A cost above the smallest limit can never pass
+//!    and gets `413 Content Too Large` at once.
+//! 3. **Decision**: one [`Store::acquire`] call decides every rule of the
+//!    layer, all or nothing: a request denied by `10/s` is not counted in
+//!    `300/m` either. The store is any [`Store`]: [`MemoryStore`](crate::MemoryStore)
+//!    in process, or a shared one so that several instances share a limit.
+//! 4. **Store failure**: when the store fails, [`OnStoreError`] decides:
+//!    pass (the default: a limiter outage does not become an outage of
+//!    the service) or deny with `503`. Either way the response carries
+//!    `Slidegate-Degraded: true`.
+//! 5. **Response**: allowed requests go to the inner service; with
+//!    [`headers_on_success`](RateLimitBuilder::headers_on_success) they
+//!    get the `RateLimit` fields too. Rejections can be rewritten with
+//!    [`on_rejection`](RateLimitBuilder::on_rejection).
+//!
+//! # gRPC
+//!
+//! A request whose `content-type` starts with `application/grpc` is
+//! answered the gRPC way: HTTP 200 with the status in the headers
+//! ("Trailers-Only"). A denial is `RESOURCE_EXHAUSTED` with `retry-after`
+//! (seconds), `ratelimit` and `ratelimit-policy` in the metadata, and a
+//! `google.rpc.RetryInfo` in the status details. Put the layer on a tonic
+//! server with `Server::builder().layer(limit)`; keys can come from
+//! metadata ([`Key::header`]) or the method path ([`Key::path`]).
+//!
+//! # Several layers
+//!
+//! Each layer is one key and its rules. Limits on different keys (per user
+//! and per route) are separate layers; the outer one counts a request
+//! before the inner one decides, so put the layer that should reject first
+//! outermost. Give layers that share a store and could build the same key
+//! a [`prefix`](RateLimitBuilder::prefix) each.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+use tower_layer::Layer;
+
+use crate::error::Error;
+use crate::headers::InvalidPolicyName;
+use crate::rate::{Rate, Rule};
+use crate::store::Store;
+
+mod body;
+mod builder;
+mod key;
+mod proxy;
+mod response;
+mod service;
+
+pub use body::ResponseBody;
+pub use builder::RateLimitBuilder;
+pub use key::{
+    And, ClientIp, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor, KeyWriter, NoKey,
+    PathKey, PeerIp, Route,
+};
+pub use proxy::{InvalidProxyRange, ProxyHeader, TrustedProxies};
+pub use response::{DEGRADED, QUOTA_EXCEEDED, Rejection, TEMPORARY_REDUCED_CAPACITY};
+pub use service::{RateLimit, ResponseFuture};
+
+use service::Config;
+
+/// What happens to a request from which no key can be extracted (no peer
+/// address, no authenticated user, no API key header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MissingKey {
+    /// Answer with this status and a problem+json body saying why (gRPC:
+    /// the matching code). Statuses outside 4xx are replaced by 400.
+    /// The default, `Reject(400 Bad Request)`, fails closed.
+    Reject(StatusCode),
+    /// Pass the request on, unlimited.
+    Allow,
+    /// Count every keyless request in one shared bucket (key `nokey`),
+    /// under the same rules.
+    Shared,
+}
+
+impl Default for MissingKey {
+    fn default() -> Self {
+        MissingKey::Reject(StatusCode::BAD_REQUEST)
+    }
+}
+
+/// What happens when the store fails (times out, is unreachable, errs),
+/// or returns any other error that leaves a request undecided. A cost
+/// above a limit is not such an error: it is always answered with 413.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnStoreError {
+    /// Pass the request on (fail open). The default.
+    #[default]
+    Allow,
+    /// Answer `503 Service Unavailable` (gRPC `UNAVAILABLE`) with this
+    /// `Retry-After` (fail closed).
+    Deny {
+        /// The wait suggested to the client.
+        retry_after: Duration,
+    },
+}
+
+/// Something that names a rule: a [`Rule`], a [`Rate`], or the text of a
+/// rate (`"10/s"`, `"300/m"`), parsed when the layer is built.
+pub trait IntoRule {
+    /// The rule, or why the text is not one.
+    fn into_rule(self) -> Result<Rule, Error>;
+}
+
+impl IntoRule for Rule {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Ok(self)
+    }
+}
+
+impl IntoRule for Rate {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Ok(Rule::new(self))
+    }
+}
+
+impl IntoRule for &str {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Rule::parse(self)
+    }
+}
+
+impl IntoRule for String {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Rule::parse(&self)
+    }
+}
+
+/// Why a [`RateLimitBuilder`] could not build its layer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A rule that does not parse or is out of range.
+    #[error("rule {index}: {source}")]
+    Rule {
+        /// The position of the rule, from 0.
+        index: usize,
+        /// What is wrong with it.
+        source: Error,
+    },
+    /// A layer without rules.
+    #[error("a rate limit layer needs at least one rule")]
+    NoRules,
+    /// A policy name that is not a valid sf-string.
+    #[error(transparent)]
+    PolicyName(#[from] InvalidPolicyName),
+    /// Two policies with the same name.
+    #[error("two policies are named {0:?}")]
+    DuplicatePolicy(String),
+}
+
+/// A tower [`Layer`] that rate limits requests: see the [module docs](self).
+///
+/// Cheap to clone: clones share the configuration and the store.
+pub struct RateLimitLayer<St, K> {
+    config: Arc<Config<St, K>>,
+}
+
+impl<St, K> RateLimitLayer<St, K>
+where
+    St: Store + 'static,
+    K: KeyExtractor,
+{
+    /// Starts configuring a layer that counts requests in `store` under the
+    /// key that `key` extracts. Add at least one rule, then
+    /// [`build`](RateLimitBuilder::build).
+    pub fn builder(store: St, key: K) -> RateLimitBuilder<St, K> {
+        RateLimitBuilder::new(store, key)
+    }
+}
+
+impl<St, K> RateLimitLayer<St, K> {
+    fn from_config(config: Config<St, K>) -> Self {
+        RateLimitLayer {
+            config: Arc::new(config),
+        }
+    }
+
+    /// The rules, in order.
+    pub fn rules(&self) -> &[Rule] {
+        &self.config.rules
+    }
+
+    /// The policy names, in the order of the rules.
+    pub fn policy_names(&self) -> impl Iterator<Item = &str> {
+        self.config.names.iter().map(|name| &**name)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &St {
+        &self.config.store
+    }
+}
+
+impl<St, K> Clone for RateLimitLayer<St, K> {
+    fn clone(&self) -> Self {
+        RateLimitLayer {
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<St, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitLayer")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl<S, St, K> Layer<S> for RateLimitLayer<St, K> {
+    type Service = RateLimit<S, St, K>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit::new(inner, Arc::clone(&self.config))
+    }
+}

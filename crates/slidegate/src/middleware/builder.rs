@@ -1,0 +1,197 @@
+//! [`RateLimitBuilder`]: the configuration of a layer, checked once.
+
+use std::fmt;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Response, StatusCode};
+
+use super::service::{Config, CostFn, RejectionHook};
+use super::{BuildError, IntoRule, MissingKey, OnStoreError, RateLimitLayer, Rejection};
+use crate::error::Error;
+use crate::headers::{self, InvalidPolicyName};
+use crate::rate::Rule;
+
+/// Configures a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
+pub struct RateLimitBuilder<St, K> {
+    store: St,
+    key: K,
+    rules: Vec<(Option<String>, Result<Rule, Error>)>,
+    cost: Option<Box<CostFn>>,
+    missing_key: MissingKey,
+    on_store_error: OnStoreError,
+    headers_on_success: bool,
+    prefix: Option<String>,
+    on_rejection: Option<Box<RejectionHook>>,
+}
+
+impl<St, K> RateLimitBuilder<St, K> {
+    pub(super) fn new(store: St, key: K) -> Self {
+        RateLimitBuilder {
+            store,
+            key,
+            rules: Vec::new(),
+            cost: None,
+            missing_key: MissingKey::default(),
+            on_store_error: OnStoreError::default(),
+            headers_on_success: false,
+            prefix: None,
+            on_rejection: None,
+        }
+    }
+
+    /// Adds a rule. Unnamed rules are the policy `"default"` when alone,
+    /// `"p0"`, `"p1"`, ... (by position) otherwise.
+    pub fn rule(mut self, rule: impl IntoRule) -> Self {
+        self.rules.push((None, rule.into_rule()));
+        self
+    }
+
+    /// Adds a rule with the policy name shown in the `RateLimit` fields
+    /// and the problem's `violated-policies` (printable ASCII).
+    pub fn policy(mut self, name: impl Into<String>, rule: impl IntoRule) -> Self {
+        self.rules.push((Some(name.into()), rule.into_rule()));
+        self
+    }
+
+    /// The cost of each request, in the rules' units (1 by default): bytes
+    /// from `Content-Length`, tokens, the price of an expensive call. A cost
+    /// of 0 passes when the quota has room, without using any.
+    ///
+    /// ```
+    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer}};
+    /// // One megabyte a minute per client, counted in kilobytes.
+    /// let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+    ///     .rule("1024/m")
+    ///     .cost(|req| {
+    ///         let bytes = req.headers.get(http::header::CONTENT_LENGTH)
+    ///             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+    ///             .unwrap_or(0);
+    ///         bytes.div_ceil(1024).max(1)
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), slidegate::middleware::BuildError>(())
+    /// ```
+    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Box::new(cost));
+        self
+    }
+
+    /// What to do with requests without a key (default: reject with 400).
+    pub fn missing_key(mut self, outcome: MissingKey) -> Self {
+        self.missing_key = outcome;
+        self
+    }
+
+    /// What to do when the store fails (default: allow).
+    pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
+        self.on_store_error = policy;
+        self
+    }
+
+    /// Also send `RateLimit-Policy` and `RateLimit` on the responses of
+    /// allowed requests (default: only on rejections).
+    pub fn headers_on_success(mut self, yes: bool) -> Self {
+        self.headers_on_success = yes;
+        self
+    }
+
+    /// Starts every key with `prefix`, so layers sharing a store keep apart
+    /// (`login|ip=203.0.113.7`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Rewrites the responses of rejected requests. The hook gets the
+    /// rejection, the request's head and the default response, and returns
+    /// the response to send.
+    ///
+    /// ```
+    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer, Rejection}};
+    /// let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+    ///     .rule("10/s")
+    ///     .on_rejection(|rejection, _request, mut response| {
+    ///         if let Rejection::RateLimited { .. } = rejection {
+    ///             *response.body_mut() = "slow down".into();
+    ///             response.headers_mut().insert(
+    ///                 http::header::CONTENT_TYPE,
+    ///                 http::HeaderValue::from_static("text/plain"),
+    ///             );
+    ///         }
+    ///         response
+    ///     })
+    ///     .build()?;
+    /// # Ok::<(), slidegate::middleware::BuildError>(())
+    /// ```
+    pub fn on_rejection(
+        mut self,
+        hook: impl Fn(&Rejection<'_>, &Parts, Response<Bytes>) -> Response<Bytes>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.on_rejection = Some(Box::new(hook));
+        self
+    }
+
+    /// The layer, or what is wrong with the rules.
+    pub fn build(self) -> Result<RateLimitLayer<St, K>, BuildError> {
+        let count = self.rules.len();
+        if count == 0 {
+            return Err(BuildError::NoRules);
+        }
+        let mut defaults = headers::default_policy_names(count).into_iter();
+        let mut policies: Vec<(String, Rule)> = Vec::with_capacity(count);
+        for (index, (name, rule)) in self.rules.into_iter().enumerate() {
+            let rule = rule.map_err(|source| BuildError::Rule { index, source })?;
+            let default = defaults.next().unwrap_or_default();
+            let name = name.unwrap_or(default);
+            headers::check_policy_name(&name)?;
+            if policies.iter().any(|(other, _)| *other == name) {
+                return Err(BuildError::DuplicatePolicy(name));
+            }
+            policies.push((name, rule));
+        }
+        let rules: Box<[Rule]> = policies.iter().map(|(_, rule)| *rule).collect();
+        let min_limit = rules.iter().map(Rule::limit).min().unwrap_or(1);
+        let policy_header =
+            headers::ratelimit_policy(policies.iter().map(|(name, rule)| (name.as_str(), *rule)));
+        let policy_header = HeaderValue::try_from(policy_header)
+            .map_err(|_| InvalidPolicyName(policies[0].0.clone()))?;
+        let missing_key = match self.missing_key {
+            MissingKey::Reject(status) if !status.is_client_error() => {
+                MissingKey::Reject(StatusCode::BAD_REQUEST)
+            }
+            other => other,
+        };
+        Ok(RateLimitLayer::from_config(Config {
+            store: self.store,
+            key: self.key,
+            rules,
+            names: policies.into_iter().map(|(name, _)| name.into()).collect(),
+            min_limit,
+            policy_header,
+            cost: self.cost,
+            missing_key,
+            on_store_error: self.on_store_error,
+            headers_on_success: self.headers_on_success,
+            prefix: self.prefix,
+            on_rejection: self.on_rejection,
+        }))
+    }
+}
+
+impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitBuilder<St, K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RateLimitBuilder")
+            .field("store", &self.store)
+            .field("key", &self.key)
+            .field("rules", &self.rules)
+            .field("missing_key", &self.missing_key)
+            .field("on_store_error", &self.on_store_error)
+            .field("headers_on_success", &self.headers_on_success)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,689 @@
+//! Rate-limit keys: who (or what) a request is counted against.
+
+use std::fmt::{self, Display, Write as _};
+use std::hash::Hasher as _;
+use std::marker::PhantomData;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use axum::extract::{ConnectInfo, MatchedPath};
+use http::HeaderName;
+use http::request::Parts;
+
+use super::proxy::{ProxyHeader, TrustedProxies, client_ip};
+
+/// Decides which bucket a request is counted in, by writing one or more
+/// labelled parts into a [`KeyWriter`]: `ip=203.0.113.7`,
+/// `user=42|route=POST /login`.
+///
+/// The built-in extractors are made by [`Key`]; combine them with
+/// [`and`](KeyExtractor::and). Implement the trait for anything else, or
+/// use [`Key::from_fn`].
+///
+/// ```
+/// use http::request::Parts;
+/// use slidegate::middleware::{KeyExtractor, KeyWriter, NoKey};
+///
+/// /// Counts requests per tenant, from the `x-tenant` header.
+/// struct Tenant;
+///
+/// impl KeyExtractor for Tenant {
+///     fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+///         let tenant = request.headers.get("x-tenant").ok_or(NoKey::new("no x-tenant header"))?;
+///         key.part_bytes("tenant", tenant.as_bytes());
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// Writes the key of `request` into `key`, or says why there is none.
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey>;
+
+    /// A key made of both keys: `user=42|route=POST /login`. A request
+    /// has the combined key only when it has both.
+    fn and<O: KeyExtractor>(self, other: O) -> And<Self, O>
+    where
+        Self: Sized,
+    {
+        And(self, other)
+    }
+}
+
+/// Why a request has no key (no peer address, no user, no header).
+///
+/// What happens to such a request is [`MissingKey`](super::MissingKey)'s choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoKey {
+    reason: &'static str,
+}
+
+impl NoKey {
+    /// A missing key, with a short reason shown in the rejection's `detail`.
+    pub const fn new(reason: &'static str) -> NoKey {
+        NoKey { reason }
+    }
+
+    /// The reason.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+}
+
+impl Display for NoKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason)
+    }
+}
+
+/// Builds a store key from labelled parts, so every key is a valid one
+/// ([`validate_key`](crate::store::validate_key)) and two different
+/// requests never share a key by accident.
+///
+/// Parts are written `label=value` and joined by `|`. In labels and values,
+/// `%`, `{`, `}`, `|`, `#` and control characters are percent-escaped
+/// (`/users/{id}` becomes `/users/%7Bid%7D`), so nothing in a value can
+/// forge a separator or a Redis Cluster hash tag. A value longer than 256
+/// bytes once escaped (a JWT, say) is replaced by `#` and a 128-bit SipHash
+/// of it, the same in every process, so keys stay short.
+#[derive(Debug, Default, Clone)]
+pub struct KeyWriter {
+    buf: String,
+}
+
+/// Values longer than this, escaped, are replaced by their digest.
+const MAX_VALUE_LEN: usize = 256;
+
+impl KeyWriter {
+    /// An empty key.
+    pub fn new() -> KeyWriter {
+        KeyWriter::default()
+    }
+
+    /// Appends the part `label=value`.
+    pub fn part(&mut self, label: &str, value: &str) {
+        let start = self.begin(label);
+        escape_into(&mut self.buf, value);
+        self.finish(start);
+    }
+
+    /// Appends the part `label=value`, formatting `value` with [`Display`].
+    pub fn part_display(&mut self, label: &str, value: impl Display) {
+        let start = self.begin(label);
+        // Formatted straight into the key, escaped afterwards if need be:
+        // most values need no escaping, and one pass over them is cheap.
+        let _ = write!(self.buf, "{value}");
+        if self.buf.as_bytes()[start..]
+            .iter()
+            .any(|&b| needs_escape(b))
+        {
+            let raw = self.buf.split_off(start);
+            escape_into(&mut self.buf, &raw);
+        }
+        self.finish(start);
+    }
+
+    /// Appends the part `label=address` (`ip=203.0.113.7`, `ip=2001:db8::1`).
+    pub fn part_ip(&mut self, label: &str, ip: IpAddr) {
+        let start = self.begin(label);
+        match ip {
+            IpAddr::V4(v4) => {
+                // Much cheaper than Display, which this path calls on every request.
+                for (i, octet) in v4.octets().into_iter().enumerate() {
+                    if i > 0 {
+                        self.buf.push('.');
+                    }
+                    push_decimal(&mut self.buf, octet);
+                }
+            }
+            // IPv6 text is hex digits, colons and dots: nothing to escape.
+            IpAddr::V6(v6) => {
+                let _ = write!(self.buf, "{v6}");
+            }
+        }
+        self.finish(start);
+    }
+
+    /// Appends the part `label=value` for raw bytes, such as a header value
+    /// that need not be UTF-8: bytes outside UTF-8 are percent-escaped.
+    pub fn part_bytes(&mut self, label: &str, value: &[u8]) {
+        let start = self.begin(label);
+        match std::str::from_utf8(value) {
+            Ok(text) => escape_into(&mut self.buf, text),
+            Err(_) => {
+                for &byte in value {
+                    if byte.is_ascii() && !needs_escape(byte) {
+                        self.buf.push(char::from(byte));
+                    } else {
+                        push_percent(&mut self.buf, byte);
+                    }
+                }
+            }
+        }
+        self.finish(start);
+    }
+
+    pub(crate) fn with_capacity(capacity: usize) -> KeyWriter {
+        KeyWriter {
+            buf: String::with_capacity(capacity),
+        }
+    }
+
+    /// The key written so far.
+    pub fn as_str(&self) -> &str {
+        &self.buf
+    }
+
+    /// True when nothing has been written.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Starts a new part, returning where its value starts.
+    fn begin(&mut self, label: &str) -> usize {
+        if !self.buf.is_empty() {
+            self.buf.push('|');
+        }
+        escape_into(&mut self.buf, label);
+        self.buf.push('=');
+        self.buf.len()
+    }
+
+    /// Replaces an over-long value by its digest.
+    fn finish(&mut self, value_start: usize) {
+        if self.buf.len() - value_start <= MAX_VALUE_LEN {
+            return;
+        }
+        let digest = digest(&self.buf.as_bytes()[value_start..]);
+        self.buf.truncate(value_start);
+        let _ = write!(self.buf, "#{digest:032x}");
+    }
+
+    /// Writes the bare word `text` (a prefix, or the shared bucket's name).
+    pub(crate) fn push_word(&mut self, text: &str) {
+        if !self.buf.is_empty() {
+            self.buf.push('|');
+        }
+        escape_into(&mut self.buf, text);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn into_string(self) -> String {
+        self.buf
+    }
+
+    /// The key, or `#` and its digest when it is longer than `max_len`
+    /// (only keys combining many long parts get there).
+    pub(crate) fn into_store_key(self, max_len: usize) -> String {
+        if self.buf.len() <= max_len {
+            return self.buf;
+        }
+        format!("#{:032x}", digest(self.buf.as_bytes()))
+    }
+}
+
+fn push_decimal(out: &mut String, value: u8) {
+    if value >= 100 {
+        out.push(char::from(b'0' + value / 100));
+    }
+    if value >= 10 {
+        out.push(char::from(b'0' + value / 10 % 10));
+    }
+    out.push(char::from(b'0' + value % 10));
+}
+
+fn needs_escape(byte: u8) -> bool {
+    matches!(byte, b'%' | b'{' | b'}' | b'|' | b'#') || byte.is_ascii_control()
+}
+
+fn push_percent(out: &mut String, byte: u8) {
+    let _ = write!(out, "%{byte:02X}");
+}
+
+fn escape_into(out: &mut String, text: &str) {
+    if !text.bytes().any(needs_escape) {
+        out.push_str(text);
+        return;
+    }
+    for c in text.chars() {
+        match u8::try_from(c) {
+            Ok(byte) if needs_escape(byte) => push_percent(out, byte),
+            _ => out.push(c),
+        }
+    }
+}
+
+/// 128 bits of SipHash-2-4 under two fixed keys: stable across processes,
+/// builds and Rust versions, which a shared (Redis) limit needs.
+#[allow(deprecated)] // SipHasher is deprecated for hash maps, not for this.
+fn digest(bytes: &[u8]) -> u128 {
+    let mut high =
+        std::hash::SipHasher::new_with_keys(0x736c_6964_6567_6174, 0x656b_6579_2d68_6931);
+    let mut low = std::hash::SipHasher::new_with_keys(0x736c_6964_6567_6174, 0x656b_6579_2d6c_6f32);
+    high.write(bytes);
+    low.write(bytes);
+    (u128::from(high.finish()) << 64) | u128::from(low.finish())
+}
+
+/// The built-in key extractors.
+///
+/// ```
+/// use slidegate::middleware::{Key, KeyExtractor, TrustedProxies};
+///
+/// # #[derive(Clone)] struct UserId(u64);
+/// # impl std::fmt::Display for UserId {
+/// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { self.0.fmt(f) }
+/// # }
+/// let per_ip = Key::peer_ip();
+/// let behind_proxies = Key::client_ip(TrustedProxies::new(["10.0.0.0/8"])?);
+/// let per_user_and_route = Key::extension::<UserId>("user").and(Key::route());
+/// # Ok::<(), slidegate::middleware::InvalidProxyRange>(())
+/// ```
+#[derive(Debug)]
+pub enum Key {}
+
+impl Key {
+    /// The address of the TCP peer, from axum's `ConnectInfo<SocketAddr>`
+    /// (serve with `into_make_service_with_connect_info::<SocketAddr>()`)
+    /// or, with the feature `tonic`, from the `TcpConnectInfo` a tonic
+    /// server adds (plain TCP; not behind tonic's own TLS).
+    /// Part: `ip=203.0.113.7`.
+    ///
+    /// Behind a reverse proxy every request has the proxy's address: use
+    /// [`Key::client_ip`] there.
+    pub fn peer_ip() -> PeerIp {
+        PeerIp { ipv6_prefix: 128 }
+    }
+
+    /// The client's address behind reverse proxies: the peer address, or,
+    /// when the peer is one of the `trusted` proxies, the address that
+    /// `X-Forwarded-For` (or `Forwarded`, see [`ClientIp::header`]) names,
+    /// walking the list from the right and skipping trusted hops.
+    /// Part: `ip=203.0.113.7`.
+    ///
+    /// A header sent by an untrusted peer is ignored, so clients cannot
+    /// choose their own key. With no trusted proxies this is
+    /// [`Key::peer_ip`].
+    pub fn client_ip(trusted: TrustedProxies) -> ClientIp {
+        ClientIp {
+            trusted,
+            header: ProxyHeader::XForwardedFor,
+            ipv6_prefix: 128,
+        }
+    }
+
+    /// The first value of a request header (an API key, a tenant id).
+    /// Part: `x-api-key=...`. A request without it, or with an empty
+    /// value, has no key.
+    pub fn header(name: HeaderName) -> HeaderKey {
+        HeaderKey { name }
+    }
+
+    /// The method and the route pattern that axum matched (`MatchedPath`):
+    /// `route=POST /users/%7Bid%7D` for every `/users/{id}`, so one client
+    /// cannot spread over many keys by varying the path. Available inside
+    /// an axum `Router` (`layer` or `route_layer`); a request without a
+    /// matched route has no key.
+    pub fn route() -> Route {
+        Route
+    }
+
+    /// The method and the request path as sent: `path=POST /a/b`. Meant
+    /// for gRPC, whose paths name the method (`/pkg.Service/Method`); on
+    /// HTTP routes with parameters prefer [`Key::route`], which keeps one
+    /// key per route.
+    pub fn path() -> PathKey {
+        PathKey
+    }
+
+    /// A value the application put in the request's extensions, such as
+    /// the authenticated user inserted by an auth middleware that runs
+    /// before the limiter. Part: `label=value` (`user=42`). A request
+    /// without one has no key.
+    pub fn extension<T>(label: &'static str) -> ExtensionKey<T>
+    where
+        T: Display + Send + Sync + 'static,
+    {
+        ExtensionKey {
+            label,
+            _type: PhantomData,
+        }
+    }
+
+    /// One key for every request: a global limit. Part: `global`.
+    pub fn global() -> Global {
+        Global
+    }
+
+    /// A key from a closure. Part: `label=value`; `None` means no key.
+    ///
+    /// ```
+    /// use slidegate::middleware::Key;
+    /// let by_host = Key::from_fn("host", |req| req.uri.host().map(str::to_owned));
+    /// ```
+    pub fn from_fn<F, V>(label: &'static str, f: F) -> FromFn<F>
+    where
+        F: Fn(&Parts) -> Option<V> + Send + Sync + 'static,
+        V: Display,
+    {
+        FromFn { label, f }
+    }
+}
+
+/// See [`Key::peer_ip`].
+#[derive(Debug, Clone, Copy)]
+pub struct PeerIp {
+    ipv6_prefix: u8,
+}
+
+impl PeerIp {
+    /// Counts IPv6 clients per network of `prefix` bits (e.g. 64) rather
+    /// than per address: one host often holds a whole /64.
+    pub fn ipv6_prefix(mut self, prefix: u8) -> PeerIp {
+        self.ipv6_prefix = prefix.min(128);
+        self
+    }
+}
+
+/// The peer address of a request, from axum's `ConnectInfo<SocketAddr>`
+/// or (feature `tonic`) tonic's `TcpConnectInfo`.
+pub(crate) fn peer_addr(request: &Parts) -> Option<IpAddr> {
+    if let Some(ConnectInfo(addr)) = request.extensions.get::<ConnectInfo<SocketAddr>>() {
+        return Some(addr.ip().to_canonical());
+    }
+    #[cfg(feature = "tonic")]
+    if let Some(addr) = request
+        .extensions
+        .get::<tonic::transport::server::TcpConnectInfo>()
+        .and_then(|info| info.remote_addr())
+    {
+        return Some(addr.ip().to_canonical());
+    }
+    None
+}
+
+const NO_PEER: NoKey = NoKey::new(
+    "the peer address is unknown (serve with into_make_service_with_connect_info::<SocketAddr>())",
+);
+
+impl KeyExtractor for PeerIp {
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        let ip = peer_addr(request).ok_or(NO_PEER)?;
+        key.part_ip("ip", mask(ip, self.ipv6_prefix));
+        Ok(())
+    }
+}
+
+/// See [`Key::client_ip`].
+#[derive(Debug, Clone)]
+pub struct ClientIp {
+    trusted: TrustedProxies,
+    header: ProxyHeader,
+    ipv6_prefix: u8,
+}
+
+impl ClientIp {
+    /// Which header the trusted proxies write: `X-Forwarded-For` (the
+    /// default) or `Forwarded` (RFC 7239). Only that one is read: a client
+    /// could send the other one through a proxy that does not touch it.
+    pub fn header(mut self, header: ProxyHeader) -> ClientIp {
+        self.header = header;
+        self
+    }
+
+    /// As [`PeerIp::ipv6_prefix`].
+    pub fn ipv6_prefix(mut self, prefix: u8) -> ClientIp {
+        self.ipv6_prefix = prefix.min(128);
+        self
+    }
+}
+
+impl KeyExtractor for ClientIp {
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        let peer = peer_addr(request).ok_or(NO_PEER)?;
+        let ip = client_ip(peer, &request.headers, &self.trusted, self.header);
+        key.part_ip("ip", mask(ip, self.ipv6_prefix));
+        Ok(())
+    }
+}
+
+/// Keeps the first `prefix` bits of an IPv6 address; IPv4 is unchanged.
+fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) if prefix < 128 => {
+            let bits =
+                u128::from(v6) & (u128::MAX.checked_shl(u32::from(128 - prefix)).unwrap_or(0));
+            IpAddr::V6(Ipv6Addr::from(bits))
+        }
+        other => other,
+    }
+}
+
+/// See [`Key::header`].
+#[derive(Debug, Clone)]
+pub struct HeaderKey {
+    name: HeaderName,
+}
+
+impl KeyExtractor for HeaderKey {
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        match request.headers.get(&self.name) {
+            Some(value) if !value.is_empty() => {
+                key.part_bytes(self.name.as_str(), value.as_bytes());
+                Ok(())
+            }
+            _ => Err(NoKey::new("the request lacks the key header")),
+        }
+    }
+}
+
+/// See [`Key::route`].
+#[derive(Debug, Clone, Copy)]
+pub struct Route;
+
+impl KeyExtractor for Route {
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        let path = request
+            .extensions
+            .get::<MatchedPath>()
+            .ok_or(NoKey::new("no route matched the request"))?;
+        key.part_display(
+            "route",
+            format_args!("{} {}", request.method, path.as_str()),
+        );
+        Ok(())
+    }
+}
+
+/// See [`Key::path`].
+#[derive(Debug, Clone, Copy)]
+pub struct PathKey;
+
+impl KeyExtractor for PathKey {
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        key.part_display(
+            "path",
+            format_args!("{} {}", request.method, request.uri.path()),
+        );
+        Ok(())
+    }
+}
+
+/// See [`Key::extension`].
+pub struct ExtensionKey<T> {
+    label: &'static str,
+    _type: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for ExtensionKey<T> {
+    fn clone(&self) -> Self {
+        ExtensionKey {
+            label: self.label,
+            _type: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for ExtensionKey<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ExtensionKey")
+            .field("label", &self.label)
+            .field("type", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T: Display + Send + Sync + 'static> KeyExtractor for ExtensionKey<T> {
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        let value = request
+            .extensions
+            .get::<T>()
+            .ok_or(NoKey::new("the request lacks the key extension"))?;
+        key.part_display(self.label, value);
+        Ok(())
+    }
+}
+
+/// See [`Key::global`].
+#[derive(Debug, Clone, Copy)]
+pub struct Global;
+
+impl KeyExtractor for Global {
+    fn extract(&self, _request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        key.push_word("global");
+        Ok(())
+    }
+}
+
+/// See [`Key::from_fn`].
+#[derive(Clone)]
+pub struct FromFn<F> {
+    label: &'static str,
+    f: F,
+}
+
+impl<F> fmt::Debug for FromFn<F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FromFn")
+            .field("label", &self.label)
+            .finish()
+    }
+}
+
+impl<F, V> KeyExtractor for FromFn<F>
+where
+    F: Fn(&Parts) -> Option<V> + Send + Sync + 'static,
+    V: Display,
+{
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        let value = (self.f)(request).ok_or(NoKey::new("the key function found no key"))?;
+        key.part_display(self.label, value);
+        Ok(())
+    }
+}
+
+/// Two keys in one: see [`KeyExtractor::and`].
+#[derive(Debug, Clone, Copy)]
+pub struct And<A, B>(A, B);
+
+impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
+    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+        self.0.extract(request, key)?;
+        self.1.extract(request, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::validate_key;
+
+    fn written(f: impl FnOnce(&mut KeyWriter)) -> String {
+        let mut key = KeyWriter::new();
+        f(&mut key);
+        key.into_string()
+    }
+
+    #[test]
+    fn parts_are_labelled_and_joined() {
+        let key = written(|k| {
+            k.part("user", "42");
+            k.part_display("ip", IpAddr::from([10, 0, 0, 1]));
+        });
+        assert_eq!(key, "user=42|ip=10.0.0.1");
+    }
+
+    #[test]
+    fn braces_separators_and_controls_are_escaped() {
+        let key = written(|k| k.part("route", "GET /users/{id}|x#y%\n"));
+        assert_eq!(key, "route=GET /users/%7Bid%7D%7Cx%23y%25%0A");
+        assert!(validate_key(&key).is_ok());
+        let label = written(|k| k.part("a|b", "c"));
+        assert_eq!(label, "a%7Cb=c");
+    }
+
+    #[test]
+    fn addresses_are_written_as_text() {
+        for text in [
+            "0.0.0.0",
+            "10.0.100.9",
+            "255.255.255.255",
+            "192.168.1.20",
+            "::1",
+            "2001:db8::ff00:42:8329",
+        ] {
+            let key = written(|k| k.part_ip("ip", text.parse().unwrap()));
+            assert_eq!(key, format!("ip={text}"));
+        }
+    }
+
+    #[test]
+    fn displayed_values_are_escaped_too() {
+        let key = written(|k| k.part_display("route", format_args!("GET {}", "/a/{id}")));
+        assert_eq!(key, "route=GET /a/%7Bid%7D");
+        let key = written(|k| {
+            k.part("a", "1");
+            k.part_display("b", "x|y");
+        });
+        assert_eq!(key, "a=1|b=x%7Cy");
+    }
+
+    #[test]
+    fn ipv6_and_unicode_pass_unchanged() {
+        let key = written(|k| {
+            k.part_display("ip", "2001:db8::1".parse::<IpAddr>().unwrap());
+            k.part("user", "zoë");
+        });
+        assert_eq!(key, "ip=2001:db8::1|user=zoë");
+    }
+
+    #[test]
+    fn invalid_utf8_bytes_are_percent_escaped() {
+        let key = written(|k| k.part_bytes("h", b"a\xffb{"));
+        assert_eq!(key, "h=a%FFb%7B");
+    }
+
+    #[test]
+    fn long_values_become_a_stable_digest() {
+        let long = "x".repeat(5_000);
+        let a = written(|k| k.part("token", &long));
+        let b = written(|k| k.part("token", &long));
+        let other = written(|k| k.part("token", &"x".repeat(4_999)));
+        assert_eq!(a, b);
+        assert_ne!(a, other);
+        assert!(a.starts_with("token=#"));
+        assert_eq!(a.len(), "token=#".len() + 32);
+        assert!(validate_key(&a).is_ok());
+        // A value that looks like a digest cannot collide with one.
+        let fake = written(|k| k.part("token", &a["token=".len()..]));
+        assert_ne!(fake, a);
+    }
+
+    #[test]
+    fn ipv6_prefix_masks_the_interface_bits() {
+        let ip: IpAddr = "2001:db8:1:2:3:4:5:6".parse().unwrap();
+        assert_eq!(mask(ip, 64).to_string(), "2001:db8:1:2::");
+        assert_eq!(mask(ip, 0).to_string(), "::");
+        assert_eq!(mask(ip, 128), ip);
+        let v4 = IpAddr::from([1, 2, 3, 4]);
+        assert_eq!(mask(v4, 64), v4);
+    }
+}
