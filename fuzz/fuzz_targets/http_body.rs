@@ -1,0 +1,14 @@
+//! Any bytes as the body of `POST /v1/acquire` and `POST /v1/check`: a
+//! request or a typed error, never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use slidegate_server::check_json::RateLimitRequestJson;
+use slidegate_server::http::request::parse_acquire;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = parse_acquire(data);
+    if let Ok(request) = RateLimitRequestJson::from_slice(data) {
+        let _ = request.into_request();
+    }
+});
