@@ -23,6 +23,8 @@
 //! - [`algorithm`]: the four algorithms as pure state machines.
 //! - [`MemoryStore`]: the in-process store; the [`Store`] trait is what
 //!   every store offers.
+//! - `RedisStore` (feature `redis`): the same decisions, shared through
+//!   Redis or Redis Cluster.
 #![warn(missing_docs)]
 
 pub mod algorithm;
@@ -37,4 +39,6 @@ pub use decision::Decision;
 pub use error::{Error, Result};
 pub use rate::{Rate, Rule};
 pub use store::memory::{MemoryStats, MemoryStore, MemoryStoreBuilder};
+#[cfg(feature = "redis")]
+pub use store::redis::{RedisStore, RedisStoreBuilder};
 pub use store::{Hit, Store};

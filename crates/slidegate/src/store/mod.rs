@@ -13,6 +13,8 @@ use crate::rate::Rule;
 
 pub mod memory;
 pub mod resilient;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 /// One part of an atomic batch: `cost` units of `rule` for `key`.
 ///
