@@ -24,6 +24,11 @@ impl RedisServer {
         RedisServer::start_with(free_port(false), &[])
     }
 
+    /// Starts a server with extra `redis-server` options.
+    pub fn start_with_args(extra: &[&str]) -> RedisServer {
+        RedisServer::start_with(free_port(false), extra)
+    }
+
     fn start_with(port: u16, extra: &[&str]) -> RedisServer {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let child = Command::new("redis-server")
