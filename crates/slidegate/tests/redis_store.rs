@@ -346,6 +346,17 @@ async fn failures_are_typed_errors() {
         Err(Error::Timeout(Duration::from_millis(50)))
     );
     sleep.await.expect("DEBUG SLEEP ran");
+    // TLS is built in (rustls with ring, no provider to install): a TLS
+    // handshake with a plain-text server fails as a typed error, not a panic.
+    let tls = RedisStore::builder(format!("rediss://127.0.0.1:{}/#insecure", server.port()))
+        .timeout(Duration::from_millis(500))
+        .build_lazy()
+        .expect("a lazy store");
+    let err = tls
+        .acquire("k", &[rule], 1)
+        .await
+        .expect_err("no TLS there");
+    assert!(err.is_store_failure(), "{err:?}");
     // And it recovers once Redis answers again.
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(

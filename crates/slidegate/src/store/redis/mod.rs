@@ -468,3 +468,43 @@ impl Store for RedisStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls_list_every_node_with_the_credentials() {
+        assert_eq!(
+            cluster_nodes("redis+cluster://u:p@h1:7000,h2:7001").ok(),
+            Some(Some(vec![
+                "redis://u:p@h1:7000".to_owned(),
+                "redis://u:p@h2:7001".to_owned()
+            ]))
+        );
+        assert_eq!(
+            cluster_nodes("rediss+cluster://h1:7000/").ok(),
+            Some(Some(vec!["rediss://h1:7000/".to_owned()]))
+        );
+        assert_eq!(cluster_nodes("redis://h1:6379").ok(), Some(None));
+        assert!(matches!(
+            cluster_nodes("redis+cluster://"),
+            Err(Error::Config(_))
+        ));
+    }
+
+    #[test]
+    fn error_text_never_carries_a_script_hash() {
+        let e = redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "script failed",
+            "ERR user_script:1: boom script: e0e1f9fabfc9d4800c877a703b823ac0578ff8db, on @user_script:1.".to_owned(),
+        ));
+        let text = describe(&e);
+        assert!(text.contains("boom"), "{text}");
+        assert!(
+            !text.contains("e0e1f9fabfc9d4800c877a703b823ac0578ff8db"),
+            "{text}"
+        );
+    }
+}
