@@ -32,7 +32,7 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 /// A sliding log as stored: `(time µs, cost)` per entry, oldest first.
 async fn read_log(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<(u64, u64)> {
     let raw: Vec<u64> = conn.lrange(key, 0, -1).await.expect("LRANGE");
-    let [before, base, pairs @ ..] = raw.as_slice() else {
+    let [base, before, pairs @ ..] = raw.as_slice() else {
         return Vec::new();
     };
     let mut total = *before;

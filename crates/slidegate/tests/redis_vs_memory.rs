@@ -292,3 +292,31 @@ fn redis_store_decides_like_the_memory_store() {
 fn long_sliding_logs_decide_like_the_memory_store() {
     Harness::new().check(60, long_logs());
 }
+
+#[test]
+fn an_entry_exactly_a_window_old_still_counts_after_older_ones_are_trimmed() {
+    let rule = Rule::parse("3/1s").expect("a valid rule");
+    let one = |cost| Op::Acquire {
+        key: 0,
+        rules: vec![0],
+        cost: Cost::Fixed(cost),
+    };
+    let ops = [
+        one(1),
+        Op::Advance(10),
+        one(1),
+        Op::Advance(10),
+        one(1),
+        // The first entry is now more than a window old, the second exactly one.
+        Op::AdvanceWindow(0, -10),
+        one(0),
+        one(2),
+        one(1),
+    ];
+    let mut harness = Harness::new();
+    for start in [0, 1_763_800_000_000_000] {
+        harness
+            .run_case(start, &[rule], &ops)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}

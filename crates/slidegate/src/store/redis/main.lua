@@ -10,7 +10,8 @@
 -- Returns per hit: allowed (1/0), limit, remaining, retry_after (µs),
 --       reset_after (µs).
 
-local ALGORITHMS = { [0] = sliding_log, sliding_counter, fixed_window, gcra }
+local BUILDERS = { [0] = build_sliding_log, build_sliding_counter, build_fixed_window, build_gcra }
+local built = {}
 
 local now = tonumber(ARGV[1])
 if not now then
@@ -22,47 +23,56 @@ if not now then
   now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 local margin = tonumber(ARGV[2])
+local n = tonumber(ARGV[3])
 
-local hits, states = {}, {}
-for i = 1, tonumber(ARGV[3]) do
+-- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost and
+-- checked cost. States are loaded once per key.
+local state, cost, asked, states = {}, {}, {}, {}
+for i = 1, n do
   local at = 3 + (i - 1) * 6
-  local hit = {
-    key = tonumber(ARGV[at + 1]),
-    algorithm = ALGORITHMS[tonumber(ARGV[at + 2])],
-    limit = tonumber(ARGV[at + 3]),
-    window = tonumber(ARGV[at + 4]),
-    cost = tonumber(ARGV[at + 5]),
-    asked = tonumber(ARGV[at + 6]),
-  }
-  local st = states[hit.key]
+  local key = tonumber(ARGV[at + 1])
+  local st = states[key]
   if not st then
-    st = hit.algorithm.load(KEYS[hit.key], hit.limit, hit.window)
-    st.algorithm = hit.algorithm
-    states[hit.key] = st
+    local code = tonumber(ARGV[at + 2])
+    local algorithm = built[code]
+    if not algorithm then
+      algorithm = BUILDERS[code]()
+      built[code] = algorithm
+    end
+    st = algorithm.load(KEYS[key], tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
+    st.algorithm = algorithm
+    states[key] = st
   end
+  state[i], cost[i], asked[i] = st, tonumber(ARGV[at + 5]), tonumber(ARGV[at + 6])
   -- As in the memory store, a hit that consumes keeps its state even when
   -- the decision is denied; probes never create one.
-  if hit.cost > 0 then
+  if cost[i] > 0 then
     st.touched = true
   end
-  hits[i] = hit
 end
 
-local decisions, all_allowed = {}, true
-for i, hit in ipairs(hits) do
-  decisions[i] = hit.algorithm.check(states[hit.key], now, hit.asked)
-  if decisions[i][1] == 0 then
+-- The reply: five numbers per hit (allowed, limit, remaining, retry_after,
+-- reset_after), filled in place.
+local reply, all_allowed = {}, true
+local function decide(i, c)
+  local st = state[i]
+  local j = 5 * (i - 1)
+  reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4], reply[j + 5] = st.algorithm.check(st, now, c)
+end
+for i = 1, n do
+  decide(i, asked[i])
+  if reply[5 * i - 4] == 0 then
     all_allowed = false
   end
 end
 
-for i, hit in ipairs(hits) do
-  if hit.cost > 0 then
+for i = 1, n do
+  if cost[i] > 0 then
     if all_allowed then
-      hit.algorithm.record(states[hit.key], now, hit.cost)
-    elseif decisions[i][1] == 1 then
+      state[i].algorithm.record(state[i], now, cost[i])
+    elseif reply[5 * i - 4] == 1 then
       -- Nothing is recorded: the hits that would have passed report the state.
-      decisions[i] = hit.algorithm.check(states[hit.key], now, 0)
+      decide(i, 0)
     end
   end
 end
@@ -73,10 +83,4 @@ for _, st in pairs(states) do
   end
 end
 
-local reply = {}
-for i = 1, #hits do
-  for j = 1, 5 do
-    reply[#reply + 1] = decisions[i][j]
-  end
-end
 return reply
