@@ -25,6 +25,30 @@ end
 local margin = tonumber(ARGV[2])
 local n = tonumber(ARGV[3])
 
+local function build(code)
+  local algorithm = built[code]
+  if not algorithm then
+    algorithm = BUILDERS[code]()
+    built[code] = algorithm
+  end
+  return algorithm
+end
+
+if n == 1 then
+  -- One hit (most calls): the same steps without the bookkeeping of a batch.
+  local algorithm = build(tonumber(ARGV[5]))
+  local st = algorithm.load(KEYS[1], tonumber(ARGV[6]), tonumber(ARGV[7]))
+  local cost = tonumber(ARGV[8])
+  local allowed, limit, remaining, retry, reset = algorithm.check(st, now, tonumber(ARGV[9]))
+  if allowed == 1 and cost > 0 then
+    algorithm.record(st, now, cost)
+  end
+  if st.dirty and (st.existed or cost > 0) then
+    algorithm.save(st, now, margin)
+  end
+  return { allowed, limit, remaining, retry, reset }
+end
+
 -- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost and
 -- checked cost. States are loaded once per key.
 local state, cost, asked, states = {}, {}, {}, {}
@@ -33,12 +57,7 @@ for i = 1, n do
   local key = tonumber(ARGV[at + 1])
   local st = states[key]
   if not st then
-    local code = tonumber(ARGV[at + 2])
-    local algorithm = built[code]
-    if not algorithm then
-      algorithm = BUILDERS[code]()
-      built[code] = algorithm
-    end
+    local algorithm = build(tonumber(ARGV[at + 2]))
     st = algorithm.load(KEYS[key], tonumber(ARGV[at + 3]), tonumber(ARGV[at + 4]))
     st.algorithm = algorithm
     states[key] = st
