@@ -23,6 +23,8 @@
 //! - [`algorithm`]: the four algorithms as pure state machines.
 //! - [`MemoryStore`]: the in-process store; the [`Store`] trait is what
 //!   every store offers.
+//! - `RedisStore` (feature `redis`): the same decisions, shared through
+//!   Redis or Redis Cluster.
 #![cfg_attr(
     feature = "tower",
     doc = "- [`middleware`]: [`RateLimitLayer`], the tower layer for axum routers, routes and tonic servers, with its own quick start."
@@ -32,7 +34,8 @@
     doc = "- [`headers`]: the IETF `RateLimit` and `RateLimit-Policy` fields."
 )]
 //!
-//! Features: `tower` (the middleware), `http` (the header formatting only).
+//! Features: `redis` (the Redis store), `tower` (the middleware), `http`
+//! (the header formatting only).
 #![warn(missing_docs)]
 
 pub mod algorithm;
@@ -51,6 +54,8 @@ pub use decision::Decision;
 pub use error::{Error, Result};
 pub use rate::{Rate, Rule};
 pub use store::memory::{MemoryStats, MemoryStore, MemoryStoreBuilder};
+#[cfg(feature = "redis")]
+pub use store::redis::{RedisStore, RedisStoreBuilder};
 pub use store::{Hit, Store};
 
 #[cfg(feature = "tower")]

@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 use crate::rate::Rule;
 
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 pub mod resilient;
 
 /// One part of an atomic batch: `cost` units of `rule` for `key`.

@@ -1,2 +1,3 @@
 #![allow(dead_code)]
+pub mod redis_server;
 pub mod reference;

@@ -1,0 +1,67 @@
+-- slidegate: the fixed window (see algorithm/fixed_window.rs).
+--
+-- One STRING per (key, rule): "start count".
+--
+-- Built on first use in a call: an EVALSHA runs the whole chunk, and
+-- creating the functions of algorithms a call does not use costs Redis CPU.
+
+local function build_fixed_window()
+  local fixed_window = {}
+
+  function fixed_window.load(key, limit, window)
+    local st = { key = key, limit = limit, window = window, start = 0, count = 0 }
+    local value = redis.call('GET', key)
+    if value then
+      local start, count = string.match(value, '^(%d+) (%d+)$')
+      if not start then
+        error('slidegate: malformed fixed_window state at ' .. key)
+      end
+      st.start, st.count = tonumber(start), tonumber(count)
+      st.existed = true
+    end
+    return st
+  end
+
+  local function window_roll(st, now)
+    local t = math.max(now, st.start)
+    local _, into = divmod(t, st.window)
+    if t - into ~= st.start then
+      st.start, st.count, st.dirty = t - into, 0, true
+    end
+  end
+
+  function fixed_window.check(st, now, cost)
+    local L, W = st.limit, st.window
+    window_roll(st, now)
+    local left = until_(st.start + W, now)
+    local reset_now = 0
+    if st.count > 0 then
+      reset_now = left
+    end
+    local asked = math.max(cost, 1)
+    if st.count + asked <= L then
+      if cost == 0 then
+        return 1, L, L - st.count, 0, reset_now
+      end
+      return 1, L, L - st.count - cost, 0, left
+    end
+    return 0, L, math.max(L - st.count, 0), left, reset_now
+  end
+
+  function fixed_window.record(st, now, cost)
+    window_roll(st, now)
+    st.count = st.count + cost
+    st.dirty = true
+  end
+
+  function fixed_window.save(st, now, margin)
+    local deadline = now
+    if st.count > 0 then
+      deadline = st.start + st.window
+    end
+    local value = int(st.start) .. ' ' .. int(st.count)
+    redis.call('SET', st.key, value, 'PX', ttl_ms(deadline, now, margin))
+  end
+  return fixed_window
+end
+

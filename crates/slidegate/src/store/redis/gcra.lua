@@ -1,0 +1,97 @@
+-- slidegate: GCRA (see algorithm/gcra.rs).
+--
+-- One STRING per (key, rule): "q r", the theoretical arrival time scaled by
+-- the limit L kept as tat_scaled = q * L + r (q whole µs, 0 <= r < L), so the
+-- emission interval W / L is applied exactly, with no scaled value (which
+-- would reach 10^27) ever held in one number.
+--
+-- Built on first use in a call: an EVALSHA runs the whole chunk, and
+-- creating the functions of algorithms a call does not use costs Redis CPU.
+
+local function build_gcra()
+  local gcra = {}
+
+  function gcra.load(key, limit, window)
+    local st = { key = key, limit = limit, window = window, q = 0, r = 0 }
+    local value = redis.call('GET', key)
+    if value then
+      local q, r = string.match(value, '^(%d+) (%d+)$')
+      if not q then
+        error('slidegate: malformed gcra state at ' .. key)
+      end
+      st.q, st.r = tonumber(q), tonumber(r)
+      st.existed = true
+    end
+    return st
+  end
+
+  -- max(TAT, now) as (q, r).
+  local function gcra_base(st, now)
+    if st.q > now or (st.q == now and st.r > 0) then
+      return st.q, st.r
+    end
+    return now, 0
+  end
+
+  -- (q, r) + units * W, in units of 1/L µs.
+  local function gcra_add(q, r, units, L, W)
+    local dq, dr = muldiv(units, W, L)
+    q, r = q + dq, r + dr
+    if r >= L then
+      q, r = q + 1, r - L
+    end
+    return q, r
+  end
+
+  -- Units that would pass in a row at `now` from the scaled TAT (q, r) >= now:
+  -- floor((W * L - ((q - now) * L + r)) / W), or 0 when negative.
+  local function gcra_room(q, r, now, L, W)
+    local m = W - (q - now)
+    if m <= 0 then
+      return 0
+    end
+    local whole, rest = muldiv(m, L, W)
+    if rest >= r then
+      return whole
+    end
+    return whole - ceil_div(r - rest, W)
+  end
+
+  local function gcra_ceil(q, r)
+    if r > 0 then
+      return q + 1
+    end
+    return q
+  end
+
+  function gcra.check(st, now, cost)
+    local L, W = st.limit, st.window
+    local bq, br = gcra_base(st, now)
+    local asked = math.max(cost, 1)
+    local aq, ar = gcra_add(bq, br, asked, L, W)
+    local reset_now = 0
+    if st.q > now or (st.q == now and st.r > 0) then
+      reset_now = until_(gcra_ceil(st.q, st.r), now)
+    end
+    if aq < now + W or (aq == now + W and ar == 0) then
+      if cost == 0 then
+        return 1, L, gcra_room(bq, br, now, L, W), 0, reset_now
+      end
+      return 1, L, gcra_room(aq, ar, now, L, W), 0, until_(gcra_ceil(aq, ar), now)
+    end
+    -- Passes once now has caught up to after - W.
+    return 0, L, gcra_room(bq, br, now, L, W), until_(gcra_ceil(aq - W, ar), now), reset_now
+  end
+
+  function gcra.record(st, now, cost)
+    local bq, br = gcra_base(st, now)
+    st.q, st.r = gcra_add(bq, br, cost, st.limit, st.window)
+    st.dirty = true
+  end
+
+  function gcra.save(st, now, margin)
+    redis.call('SET', st.key, int(st.q) .. ' ' .. int(st.r), 'PX', ttl_ms(gcra_ceil(st.q, st.r), now, margin))
+  end
+  return gcra
+end
+

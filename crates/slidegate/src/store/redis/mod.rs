@@ -1,0 +1,512 @@
+//! The Redis store: the same decisions as the memory store, shared by every
+//! process that uses the same Redis or Redis Cluster.
+//!
+//! - **One atomic script per decision.** A constant Lua script (one file
+//!   per algorithm plus a driver, joined at compile time) runs every rule
+//!   of every hit of a call in one EVALSHA, all-or-nothing. Redis caches
+//!   the script once; after a restart or failover (`NOSCRIPT`) it is loaded
+//!   again and the call retried, and only then: never after a timeout, when
+//!   the first call may have been applied.
+//! - **One clock.** By default the script reads Redis' `TIME`, so app
+//!   servers with skewed clocks still share one window. With
+//!   [`RedisStoreBuilder::client_clock`] the caller's time is sent instead
+//!   (for services that forbid `TIME` in scripts).
+//! - **Keys** are `prefix:{key}:rule` (`slidegate:{login:10.0.0.1}:100/1m`,
+//!   plus `:gcra` etc. for the other algorithms); a key that carries its own
+//!   hash tag is kept as is (`slidegate:user:{42}:login:100/1m`). All rules
+//!   of one key share a cluster slot; a batch over keys with different tags
+//!   is refused in a cluster with [`Error::CrossSlot`].
+//! - **Compact state.** A sliding log is a LIST of `(time, running total)`
+//!   pairs stored as small integers, which Redis packs into listpacks:
+//!   about 8 bytes per admission by `MEMORY USAGE` at limits of 100 to
+//!   10,000, where a sorted set of UUID members takes 50 to 140. The other
+//!   algorithms keep one short STRING. Every write sets `PEXPIRE` to when
+//!   the state becomes idle, so idle keys vanish; a probe never creates a
+//!   key.
+//! - **Errors** are [`Error::Timeout`] (the per-call deadline passed),
+//!   [`Error::Store`] (connection or Redis failure) and [`Error::Config`]
+//!   (bad URL or option); callers never see Redis' own error types.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+
+use self::keys::{is_state_of, scan_pattern};
+use self::script::Plan;
+use super::{Hit, Store, check_cost, slot_key, validate_key};
+use crate::clock::Clock;
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::rate::Rule;
+
+mod keys;
+mod script;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "slidegate";
+/// The default deadline of one store call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// The default deadline of one connection attempt.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Requests the multiplexed connection buffers before it applies
+/// backpressure (redis-rs' default of 50 throttles concurrent decisions).
+const PIPELINE_BUFFER: usize = 1024;
+/// Keys asked for per SCAN round trip in [`RedisStore::reset`].
+const SCAN_COUNT: usize = 1000;
+
+/// The Redis store. Cheap to clone: clones share the connection.
+///
+/// ```no_run
+/// # async fn run() -> slidegate::Result<()> {
+/// use slidegate::{RedisStore, Rule, Store};
+/// let store = RedisStore::builder("redis://127.0.0.1:6379").build().await?;
+/// let decision = store.acquire("login:10.0.0.1", &[Rule::parse("100/1m")?], 1).await?;
+/// println!("allowed: {}, remaining: {}", decision.allowed(), decision.remaining());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    connection: Connection,
+    prefix: String,
+    timeout: Duration,
+    clock: Option<Arc<dyn Clock>>,
+    margin_ms: u64,
+}
+
+#[derive(Clone)]
+enum Connection {
+    /// One Redis: a multiplexed connection that reconnects by itself.
+    Node(ConnectionManager),
+    /// Redis Cluster: routes by slot and follows MOVED/ASK.
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("cluster", &self.is_cluster())
+            .field("prefix", &self.inner.prefix)
+            .field("timeout", &self.inner.timeout)
+            .field(
+                "clock",
+                &if self.inner.clock.is_some() {
+                    "client"
+                } else {
+                    "server"
+                },
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// Configures a [`RedisStore`].
+#[derive(Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    clock: Option<Arc<dyn Clock>>,
+    margin: Duration,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: not printed.
+        f.debug_struct("RedisStoreBuilder")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field(
+                "clock",
+                &if self.clock.is_some() {
+                    "client"
+                } else {
+                    "server"
+                },
+            )
+            .field("expiry_margin", &self.margin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// A builder for the Redis (or Redis Cluster) at `url`:
+    ///
+    /// - `redis://[user:password@]host[:port][/db]`
+    /// - `rediss://...` for TLS (rustls, the system's root certificates)
+    /// - `redis+cluster://[user:password@]host1:port1,host2:port2` (or
+    ///   `rediss+cluster://`) for a cluster: any reachable nodes; the rest
+    ///   is discovered.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url: url.into(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            clock: None,
+            margin: Duration::from_millis(1),
+        }
+    }
+
+    /// True when connected to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.inner.connection, Connection::Cluster(_))
+    }
+
+    /// The Redis key that holds `rule`'s state for `key` (for diagnostics
+    /// and tests: `slidegate:{login:10.0.0.1}:100/1m`).
+    pub fn state_key(&self, key: &str, rule: Rule) -> String {
+        keys::state_key(&self.inner.prefix, key, rule)
+    }
+}
+
+impl RedisStoreBuilder {
+    /// The prefix of every key (default `slidegate`). No braces: the hash
+    /// tag belongs to the user's key.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The deadline of one store call (default 50 ms), as redis-rs'
+    /// response timeout and around the whole call. A call that times out
+    /// fails with [`Error::Timeout`] and is not retried (Redis may have
+    /// applied it).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The deadline of one connection attempt (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Decide on Redis' clock (`TIME` inside the script): the default.
+    pub fn server_clock(mut self) -> Self {
+        self.clock = None;
+        self
+    }
+
+    /// Decide on this clock instead of Redis' (for deployments that forbid
+    /// `TIME` in scripts). Every process sharing the limits must then use
+    /// the same time base: [`SystemClock`](crate::clock::SystemClock) in
+    /// production, a [`ManualClock`](crate::clock::ManualClock) in tests.
+    pub fn client_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// How much longer than needed Redis keeps an idle key (default 1 ms,
+    /// which also absorbs the rounding to Redis' millisecond expiry). With
+    /// a client clock, raise it to the clock skew between app servers, so
+    /// a key does not expire while a server whose clock lags still needs it.
+    pub fn expiry_margin(mut self, margin: Duration) -> Self {
+        self.margin = margin;
+        self
+    }
+
+    /// Connects (within the connect timeout) and checks that Redis answers.
+    pub async fn build(self) -> Result<RedisStore> {
+        let store = self.build_lazy()?;
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// Builds the store without waiting for Redis: it connects on first use
+    /// (a single Redis reconnects on its own; so does a cluster), and calls
+    /// fail with [`Error::Store`] or [`Error::Timeout`] until it answers.
+    pub fn build_lazy(self) -> Result<RedisStore> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::Config(format!(
+                "the key prefix {:?} must not contain braces: the hash tag belongs to the key",
+                self.prefix
+            )));
+        }
+        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::Config("timeouts must be longer than zero".into()));
+        }
+        let connection = match cluster_nodes(&self.url)? {
+            Some(nodes) => self.cluster(nodes)?,
+            None => self.node()?,
+        };
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                connection,
+                prefix: self.prefix,
+                timeout: self.timeout,
+                clock: self.clock,
+                margin_ms: u64::try_from(self.margin.as_millis()).unwrap_or(u64::MAX),
+            }),
+        })
+    }
+
+    fn node(&self) -> Result<Connection> {
+        if !self.url.starts_with("redis://") && !self.url.starts_with("rediss://") {
+            return Err(Error::Config(
+                "expected a redis://, rediss:// or redis+cluster:// URL".into(),
+            ));
+        }
+        install_tls_provider(&self.url);
+        let client = redis::Client::open(self.url.as_str()).map_err(config_error)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.timeout))
+            .set_pipeline_buffer_size(PIPELINE_BUFFER);
+        let manager =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)?;
+        Ok(Connection::Node(manager))
+    }
+
+    fn cluster(&self, nodes: Vec<String>) -> Result<Connection> {
+        if let Some(first) = nodes.first() {
+            install_tls_provider(first);
+        }
+        let client = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.timeout)
+            .build()
+            .map_err(config_error)?;
+        let connection =
+            client.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new());
+        Ok(Connection::Cluster(connection))
+    }
+}
+
+/// The node URLs of a `redis+cluster://` (or `rediss+cluster://`) URL, or
+/// `None` for a single node's URL.
+fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        ("redis", rest)
+    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
+        ("rediss", rest)
+    } else {
+        return Ok(None);
+    };
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = match hosts.split_once('/') {
+        Some((hosts, path)) => (hosts, format!("/{path}")),
+        None => (hosts, String::new()),
+    };
+    let nodes: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(|h| format!("{scheme}://{auth}{h}{path}"))
+        .collect();
+    if nodes.is_empty() {
+        return Err(Error::Config(
+            "a redis+cluster:// URL needs at least one host:port".into(),
+        ));
+    }
+    Ok(Some(nodes))
+}
+
+/// redis-rs builds its rustls configuration with the process' default
+/// crypto provider: make it ring unless the application chose one.
+fn install_tls_provider(url: &str) {
+    if url.starts_with("rediss") {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn config_error(e: redis::RedisError) -> Error {
+    Error::Config(describe(&e))
+}
+
+/// A Redis error as text, without script hashes (an implementation detail
+/// callers never need).
+fn describe(e: &redis::RedisError) -> String {
+    e.to_string()
+        .split(' ')
+        .filter(|word| {
+            let w = word.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+            !(w.len() == 40 && w.chars().all(|c| c.is_ascii_hexdigit()))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl Inner {
+    fn store_error(&self, e: redis::RedisError) -> Error {
+        if e.is_timeout() {
+            Error::Timeout(self.timeout)
+        } else {
+            Error::Store(describe(&e))
+        }
+    }
+
+    /// Runs `call` within the per-call deadline.
+    async fn within<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(e)) => Err(self.store_error(e)),
+            Err(_) => Err(Error::Timeout(self.timeout)),
+        }
+    }
+
+    async fn run(&self, plan: &Plan) -> Result<Vec<Decision>> {
+        let now = self.clock.as_ref().map(|c| c.now_micros());
+        let call = plan.invocation(now, self.margin_ms);
+        let reply: Vec<i64> = match &self.connection {
+            Connection::Node(c) => self.within(call.invoke_async(&mut c.clone())).await?,
+            Connection::Cluster(c) => self.within(call.invoke_async(&mut c.clone())).await?,
+        };
+        plan.decisions(&reply)
+    }
+
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        route_key: &str,
+    ) -> Result<T> {
+        match &self.connection {
+            Connection::Node(c) => self.within(cmd.query_async(&mut c.clone())).await,
+            Connection::Cluster(c) => {
+                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(route_key, SlotAddr::Master),
+                ));
+                let value = self
+                    .within(c.clone().route_command(cmd.clone(), routing))
+                    .await?;
+                redis::from_redis_value(value).map_err(|e| Error::Store(e.to_string()))
+            }
+        }
+    }
+}
+
+impl Store for RedisStore {
+    async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
+        validate_key(key)?;
+        check_cost(rules, cost)?;
+        let hits: Vec<(&str, Rule, u64)> = rules.iter().map(|&r| (key, r, cost)).collect();
+        let plan = Plan::new(&self.inner.prefix, &hits)?;
+        let decisions = self.inner.run(&plan).await?;
+        Decision::combine(&decisions).ok_or(Error::NoRules)
+    }
+
+    async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
+        if hits.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for hit in hits {
+            validate_key(hit.key)?;
+        }
+        for hit in hits {
+            check_cost(&[hit.rule], hit.cost)?;
+        }
+        let resolved: Vec<(&str, Rule, u64)> =
+            hits.iter().map(|h| (h.key, h.rule, h.cost)).collect();
+        let plan = Plan::new(&self.inner.prefix, &resolved)?;
+        if self.is_cluster() {
+            let first = hits[0].key;
+            if let Some(other) = hits.iter().find(|h| slot_key(h.key) != slot_key(first)) {
+                return Err(Error::CrossSlot {
+                    first: first.to_owned(),
+                    other: other.key.to_owned(),
+                });
+            }
+        }
+        self.inner.run(&plan).await
+    }
+
+    /// Deletes every rule's state of `key`.
+    ///
+    /// Cost: the states of a key are found with `SCAN MATCH` on the node
+    /// that owns the key's slot, which walks every key of that node (in
+    /// round trips of 1000, each within the call timeout). An admin
+    /// operation, not one for the request path.
+    async fn reset(&self, key: &str) -> Result<()> {
+        validate_key(key)?;
+        let inner = &*self.inner;
+        let pattern = scan_pattern(&inner.prefix, key);
+        let route_key = keys::key_stem(&inner.prefix, key);
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = redis::cmd("SCAN");
+            scan.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let (next, found): (u64, Vec<Vec<u8>>) = inner.query(&scan, &route_key).await?;
+            let own: Vec<&Vec<u8>> = found
+                .iter()
+                .filter(|k| is_state_of(&inner.prefix, key, k))
+                .collect();
+            if !own.is_empty() {
+                let mut del = redis::cmd("DEL");
+                del.arg(own);
+                let _: i64 = inner.query(&del, &route_key).await?;
+            }
+            if next == 0 {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    async fn ready(&self) -> Result<()> {
+        let pong: String = self.inner.query(&redis::cmd("PING"), "ready").await?;
+        if pong == "PONG" {
+            Ok(())
+        } else {
+            Err(Error::Store(format!("PING answered {pong:?}")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_urls_list_every_node_with_the_credentials() {
+        assert_eq!(
+            cluster_nodes("redis+cluster://u:p@h1:7000,h2:7001").ok(),
+            Some(Some(vec![
+                "redis://u:p@h1:7000".to_owned(),
+                "redis://u:p@h2:7001".to_owned()
+            ]))
+        );
+        assert_eq!(
+            cluster_nodes("rediss+cluster://h1:7000/").ok(),
+            Some(Some(vec!["rediss://h1:7000/".to_owned()]))
+        );
+        assert_eq!(cluster_nodes("redis://h1:6379").ok(), Some(None));
+        assert!(matches!(
+            cluster_nodes("redis+cluster://"),
+            Err(Error::Config(_))
+        ));
+    }
+
+    #[test]
+    fn error_text_never_carries_a_script_hash() {
+        let e = redis::RedisError::from((
+            redis::ErrorKind::Client,
+            "script failed",
+            "ERR user_script:1: boom script: e0e1f9fabfc9d4800c877a703b823ac0578ff8db, on @user_script:1.".to_owned(),
+        ));
+        let text = describe(&e);
+        assert!(text.contains("boom"), "{text}");
+        assert!(
+            !text.contains("e0e1f9fabfc9d4800c877a703b823ac0578ff8db"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,109 @@
+-- slidegate: the sliding window counter (see algorithm/sliding_counter.rs).
+--
+-- One STRING per (key, rule): "start current previous".
+--
+-- Built on first use in a call: an EVALSHA runs the whole chunk, and
+-- creating the functions of algorithms a call does not use costs Redis CPU.
+
+local function build_sliding_counter()
+  local sliding_counter = {}
+
+  function sliding_counter.load(key, limit, window)
+    local st = { key = key, limit = limit, window = window, start = 0, cur = 0, prev = 0 }
+    local value = redis.call('GET', key)
+    if value then
+      local start, cur, prev = string.match(value, '^(%d+) (%d+) (%d+)$')
+      if not start then
+        error('slidegate: malformed sliding_counter state at ' .. key)
+      end
+      st.start, st.cur, st.prev = tonumber(start), tonumber(cur), tonumber(prev)
+      st.existed = true
+    end
+    return st
+  end
+
+  -- Moves to the window holding max(now, start); returns that time.
+  local function counter_roll(st, now)
+    local W = st.window
+    local t = math.max(now, st.start)
+    local _, into = divmod(t, W)
+    local start = t - into
+    if start ~= st.start then
+      if start == st.start + W then
+        st.prev = st.cur
+      else
+        st.prev = 0
+      end
+      st.cur, st.start, st.dirty = 0, start, true
+    end
+    return t
+  end
+
+  -- When the state becomes equivalent to a fresh one (nil: it already is).
+  local function counter_deadline(st)
+    if st.cur > 0 then
+      return st.start + 2 * st.window
+    elseif st.prev > 0 then
+      return st.start + st.window
+    end
+    return nil
+  end
+
+  -- ceil(previous * (W - e) / W)
+  local function counter_weighted(prev, left, W)
+    local q, r = muldiv(prev, left, W)
+    if r > 0 then
+      return q + 1
+    end
+    return q
+  end
+
+  -- The least elapsed time e into a window at which
+  -- ceil(previous * (W - e) / W) <= room.
+  local function counter_least_elapsed(prev, room, W)
+    if prev == 0 or room >= prev then
+      return 0
+    end
+    local q = muldiv(room, W, prev)
+    return W - q
+  end
+
+  function sliding_counter.check(st, now, cost)
+    local L, W = st.limit, st.window
+    local t = counter_roll(st, now)
+    local usage = st.cur + counter_weighted(st.prev, W - (t - st.start), W)
+    local asked = math.max(cost, 1)
+    local reset_now = 0
+    local deadline = counter_deadline(st)
+    if deadline then
+      reset_now = until_(deadline, now)
+    end
+    if usage + asked <= L then
+      if cost == 0 then
+        return 1, L, L - usage, 0, reset_now
+      end
+      return 1, L, L - usage - cost, 0, until_(st.start + 2 * W, now)
+    end
+    local retry_at
+    if st.cur + asked <= L then
+      retry_at = st.start + counter_least_elapsed(st.prev, L - asked - st.cur, W)
+    else
+      retry_at = st.start + W + counter_least_elapsed(st.cur, L - asked, W)
+    end
+    return 0, L, math.max(L - usage, 0), until_(retry_at, now), reset_now
+  end
+
+  function sliding_counter.record(st, now, cost)
+    counter_roll(st, now)
+    st.cur = st.cur + cost
+    st.dirty = true
+  end
+
+  function sliding_counter.save(st, now, margin)
+    local deadline = counter_deadline(st) or now
+    local value = int(st.start) .. ' ' .. int(st.cur) .. ' ' .. int(st.prev)
+    redis.call('SET', st.key, value, 'PX', ttl_ms(deadline, now, margin))
+  end
+  return sliding_counter
+end
+

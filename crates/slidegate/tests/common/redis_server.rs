@@ -1,0 +1,188 @@
+//! Real Redis servers for tests: one `redis-server` on a free port, or a
+//! local 3-master Redis Cluster, each killed by PID when dropped. No
+//! Docker, no mocks. Without `redis-server` the tests fail and say how to
+//! install it.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "redis-server and redis-cli are needed for the Redis store tests: \
+     install them (Debian/Ubuntu: `apt-get install redis-server`; macOS: `brew install redis`)";
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts a server on a free port and waits until it answers PING.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(free_port(false), &[])
+    }
+
+    /// Starts a server with extra `redis-server` options.
+    pub fn start_with_args(extra: &[&str]) -> RedisServer {
+        RedisServer::start_with(free_port(false), extra)
+    }
+
+    fn start_with(port: u16, extra: &[&str]) -> RedisServer {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): {INSTALL_HINT}"));
+        let server = RedisServer {
+            child,
+            port,
+            _dir: dir,
+        };
+        server.wait_for(|| command(port, &["PING"]).as_deref() == Some("PONG"));
+        server
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs one command and returns its reply as text (simple, integer or
+    /// bulk string), or `None` on an error reply.
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        command(self.port, args)
+    }
+
+    fn wait_for(&self, ready: impl Fn() -> bool) {
+        let start = Instant::now();
+        while !ready() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server on port {} did not come up",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A local Redis Cluster of three masters, no replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts three cluster-enabled servers, joins them with
+    /// `redis-cli --cluster create` and waits for `cluster_state:ok`.
+    pub fn start() -> RedisCluster {
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = free_port(true);
+            let conf = format!("nodes-{port}.conf");
+            nodes.push(RedisServer::start_with(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    "5000",
+                ],
+            ));
+        }
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let status = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run redis-cli ({e}): {INSTALL_HINT}"));
+        assert!(status.success(), "redis-cli --cluster create failed");
+        for node in &nodes {
+            node.wait_for(|| {
+                command(node.port, &["CLUSTER", "INFO"])
+                    .is_some_and(|info| info.contains("cluster_state:ok"))
+            });
+        }
+        RedisCluster { nodes }
+    }
+
+    /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+}
+
+/// A port that is free now (and, for a cluster node, whose bus port
+/// `port + 10000` is free too).
+fn free_port(with_bus: bool) -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().expect("a local address").port();
+        if !with_bus {
+            return port;
+        }
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A minimal RESP client, enough to wait for a server without the crate
+/// under test.
+fn command(port: u16, args: &[&str]) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    }
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    reader.read_line(&mut line).ok()?;
+    let line = line.trim_end();
+    match line.split_at_checked(1)? {
+        ("+" | ":", rest) => Some(rest.to_owned()),
+        ("$", len) => {
+            let len: usize = len.parse().ok()?;
+            let mut body = vec![0; len + 2];
+            reader.read_exact(&mut body).ok()?;
+            body.truncate(len);
+            String::from_utf8(body).ok()
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,147 @@
+//! The Redis store on a local 3-master Redis Cluster: keys spread over
+//! many slots, multi-rule and multi-key decisions on one hash tag, a typed
+//! error across slots, reset routed to the right node, and recovery after
+//! every node lost its script cache. One cluster serves every check (it
+//! takes a few seconds to form).
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisCluster;
+use slidegate::{Algorithm, Error, Hit, RedisStore, Rule, Store};
+
+#[tokio::test]
+async fn redis_store_works_on_a_redis_cluster() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::builder(cluster.url())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("the Redis store connects to the cluster");
+    assert!(store.is_cluster());
+    store.ready().await.expect("the cluster answers");
+
+    keys_across_many_slots(&store).await;
+    rules_and_keys_sharing_a_hash_tag_decide_atomically(&store).await;
+    batches_across_slots_are_refused_before_anything_is_sent(&store).await;
+    reset_finds_the_states_on_the_node_that_owns_the_slot(&store).await;
+    script_cache_loss_on_every_node_is_invisible(&cluster, &store).await;
+}
+
+async fn keys_across_many_slots(store: &RedisStore) {
+    let rule = Rule::parse("2/1m").expect("a valid rule");
+    for round in [1, 0] {
+        for i in 0..300 {
+            let d = store
+                .acquire(&format!("ip:10.0.{}.{}", i / 256, i % 256), &[rule], 1)
+                .await
+                .expect("a decision");
+            assert!(d.allowed());
+            assert_eq!(d.remaining(), round);
+        }
+    }
+}
+
+async fn rules_and_keys_sharing_a_hash_tag_decide_atomically(store: &RedisStore) {
+    let rules: Vec<Rule> = Algorithm::ALL
+        .iter()
+        .map(|a| {
+            Rule::parse("3/1m")
+                .expect("a valid rule")
+                .with_algorithm(*a)
+        })
+        .collect();
+    let d = store
+        .acquire("user:{7}:login", &rules, 2)
+        .await
+        .expect("a decision");
+    assert!(d.allowed());
+    assert_eq!(d.remaining(), 1);
+    let tight = Rule::parse("1/1m").expect("a valid rule");
+    store
+        .acquire("user:{7}:upload", &[tight], 1)
+        .await
+        .expect("a decision");
+    // One hit cannot pass, so none is recorded.
+    let ds = store
+        .acquire_batch(&[
+            Hit::new("user:{7}:login", rules[0], 1),
+            Hit::new("user:{7}:upload", tight, 1),
+        ])
+        .await
+        .expect("decisions");
+    assert!(ds[0].allowed() && !ds[1].allowed());
+    assert_eq!(ds[0].remaining(), 1, "not charged");
+    let peek = store
+        .peek("user:{7}:login", &rules)
+        .await
+        .expect("a decision");
+    assert_eq!(peek.remaining(), 1);
+}
+
+async fn batches_across_slots_are_refused_before_anything_is_sent(store: &RedisStore) {
+    let rule = Rule::parse("5/1m").expect("a valid rule");
+    let result = store
+        .acquire_batch(&[
+            Hit::new("{a}:x", rule, 1),
+            Hit::new("{a}:y", rule, 1),
+            Hit::new("b", rule, 1),
+        ])
+        .await;
+    assert_eq!(
+        result,
+        Err(Error::CrossSlot {
+            first: "{a}:x".into(),
+            other: "b".into()
+        })
+    );
+    // Nothing was recorded.
+    let d = store.peek("{a}:x", &[rule]).await.expect("a decision");
+    assert_eq!(d.remaining(), 5);
+}
+
+async fn reset_finds_the_states_on_the_node_that_owns_the_slot(store: &RedisStore) {
+    let rules = [
+        Rule::parse("1/1m").expect("a valid rule"),
+        Rule::parse("1/1h")
+            .expect("a valid rule")
+            .with_algorithm(Algorithm::Gcra),
+    ];
+    for i in 0..20 {
+        let key = format!("session:{i}");
+        assert!(
+            store
+                .acquire(&key, &rules, 1)
+                .await
+                .expect("a decision")
+                .allowed()
+        );
+        assert!(
+            !store
+                .acquire(&key, &rules, 1)
+                .await
+                .expect("a decision")
+                .allowed()
+        );
+        store.reset(&key).await.expect("reset");
+        assert!(
+            store
+                .acquire(&key, &rules, 1)
+                .await
+                .expect("a decision")
+                .allowed()
+        );
+    }
+}
+
+async fn script_cache_loss_on_every_node_is_invisible(cluster: &RedisCluster, store: &RedisStore) {
+    let rule = Rule::parse("1000/1m").expect("a valid rule");
+    for node in &cluster.nodes {
+        assert_eq!(node.command(&["SCRIPT", "FLUSH"]).as_deref(), Some("OK"));
+    }
+    for i in 0..100 {
+        let d = store.acquire(&format!("after-flush:{i}"), &[rule], 1).await;
+        assert!(d.expect("a decision after SCRIPT FLUSH").allowed());
+    }
+}

@@ -1,0 +1,388 @@
+//! The Redis store on a real redis-server: exactness under concurrency from
+//! several stores, script cache loss, expiry of idle keys, probes, resets,
+//! the storage layout and typed errors.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use common::redis_server::RedisServer;
+use redis::AsyncCommands;
+use slidegate::clock::ManualClock;
+use slidegate::{Algorithm, Error, Hit, RedisStore, Rule, Store};
+
+async fn store(server: &RedisServer) -> RedisStore {
+    RedisStore::builder(server.url())
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("the Redis store connects")
+}
+
+async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .expect("a valid URL")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a plain connection")
+}
+
+/// A sliding log as stored: `(time µs, cost)` per entry, oldest first.
+async fn read_log(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<(u64, u64)> {
+    let raw: Vec<u64> = conn.lrange(key, 0, -1).await.expect("LRANGE");
+    let [base, before, pairs @ ..] = raw.as_slice() else {
+        return Vec::new();
+    };
+    let mut total = *before;
+    pairs
+        .chunks_exact(2)
+        .map(|pair| {
+            let cost = pair[1] - total;
+            total = pair[1];
+            (base + pair[0], cost)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_stores_and_96_tasks_never_admit_more_than_the_limit_in_any_window() {
+    let server = RedisServer::start();
+    let rule = Rule::parse("20/300ms").expect("a valid rule");
+    let key = "hot";
+    let stores = [
+        store(&server).await,
+        store(&server).await,
+        store(&server).await,
+    ];
+    let redis_key = stores[0].state_key(key, rule);
+    let admitted = Arc::new(AtomicU64::new(0));
+    let denied = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_millis(1200);
+    // Read the log back every 20 ms, on a thread of its own so the hammering
+    // tasks cannot starve it: an entry lives 300 ms, so every one is seen,
+    // and seen with its final cost once Redis' clock has passed it.
+    let url = server.url();
+    let reader = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let mut conn = redis::Client::open(url)
+                .expect("a valid URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("a plain connection");
+            let mut seen = std::collections::BTreeMap::new();
+            let mut last = Instant::now();
+            let mut longest_gap = Duration::ZERO;
+            while Instant::now() < deadline + Duration::from_millis(100) {
+                for (at, cost) in read_log(&mut conn, &redis_key).await {
+                    let c = seen.entry(at).or_insert(0);
+                    *c = cost.max(*c);
+                }
+                longest_gap = longest_gap.max(last.elapsed());
+                last = Instant::now();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (seen, longest_gap)
+        })
+    });
+    let mut tasks = Vec::new();
+    for store in &stores {
+        for _ in 0..32 {
+            let (store, admitted, denied) = (store.clone(), admitted.clone(), denied.clone());
+            tasks.push(tokio::spawn(async move {
+                while Instant::now() < deadline {
+                    let d = store.acquire(key, &[rule], 1).await.expect("a decision");
+                    let counter = if d.allowed() { &admitted } else { &denied };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("a task ran to the end");
+    }
+    let (seen, longest_gap) = reader.join().expect("the reader ran");
+    let admitted = admitted.load(Ordering::Relaxed);
+    assert!(admitted >= 40 && denied.load(Ordering::Relaxed) > admitted);
+    assert!(
+        longest_gap < Duration::from_millis(250),
+        "the reader stalled for {longest_gap:?}: the machine is too busy for this test"
+    );
+    assert_eq!(
+        seen.values().sum::<u64>(),
+        admitted,
+        "every admission was read back"
+    );
+    let times: Vec<(u64, u64)> = seen.into_iter().collect();
+    for (i, &(from, _)) in times.iter().enumerate() {
+        let in_window: u64 = times[i..]
+            .iter()
+            .take_while(|(at, _)| *at <= from + rule.window_micros())
+            .map(|(_, c)| c)
+            .sum();
+        assert!(
+            in_window <= 20,
+            "{in_window} admissions in [{from}, {from} + W]"
+        );
+    }
+}
+
+#[tokio::test]
+async fn script_flush_in_the_middle_of_a_run_causes_no_errors() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let rules = [Rule::parse("1000/1s").expect("a valid rule")];
+    let deadline = Instant::now() + Duration::from_millis(600);
+    let mut tasks = Vec::new();
+    for t in 0..8 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut errors = Vec::new();
+            while Instant::now() < deadline {
+                if let Err(e) = store.acquire(&format!("k{t}"), &rules, 1).await {
+                    errors.push(e);
+                }
+            }
+            errors
+        }));
+    }
+    let mut conn = raw(&server).await;
+    let mut flushes = 0;
+    while Instant::now() < deadline {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .expect("SCRIPT FLUSH");
+        flushes += 1;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    assert!(flushes >= 5);
+    for task in tasks {
+        assert_eq!(task.await.expect("a task ran"), Vec::<Error>::new());
+    }
+}
+
+#[tokio::test]
+async fn idle_keys_are_gone_soon_after_their_window() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let mut conn = raw(&server).await;
+    let rate = Rule::parse("5/100ms").expect("a valid rule");
+    let mut keys = Vec::new();
+    for algorithm in Algorithm::ALL {
+        let rule = rate.with_algorithm(algorithm);
+        assert!(
+            store
+                .acquire("idle", &[rule], 1)
+                .await
+                .expect("a decision")
+                .allowed()
+        );
+        let key = store.state_key("idle", rule);
+        let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
+        // Idle after one window (two for the sliding counter), rounded up,
+        // plus the 1 ms margin.
+        assert!(ttl > 0 && ttl <= 202, "{algorithm}: PTTL {ttl}");
+        keys.push(key);
+    }
+    tokio::time::sleep(Duration::from_millis(260)).await;
+    for key in keys {
+        let exists: bool = conn.exists(&key).await.expect("EXISTS");
+        assert!(!exists, "{key} outlived its window");
+    }
+}
+
+#[tokio::test]
+async fn probes_never_create_keys() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let mut conn = raw(&server).await;
+    for algorithm in Algorithm::ALL {
+        let rule = Rule::parse("3/1s")
+            .expect("a valid rule")
+            .with_algorithm(algorithm);
+        let probe = store.peek("nobody", &[rule]).await.expect("a decision");
+        assert!(probe.allowed());
+        assert_eq!(probe.remaining(), 3);
+        let batch = [Hit::new("nobody", rule, 0), Hit::new("{x}:other", rule, 0)];
+        store.acquire_batch(&batch).await.expect("decisions");
+    }
+    let keys: u64 = redis::cmd("DBSIZE")
+        .query_async(&mut conn)
+        .await
+        .expect("DBSIZE");
+    assert_eq!(keys, 0);
+}
+
+#[tokio::test]
+async fn reset_deletes_every_rule_of_the_key_and_nothing_else() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let mut conn = raw(&server).await;
+    let rules: Vec<Rule> = Algorithm::ALL
+        .iter()
+        .map(|a| {
+            Rule::parse("5/1m")
+                .expect("a valid rule")
+                .with_algorithm(*a)
+        })
+        .collect();
+    for key in ["user:{1}:a", "user:{1}:a:5/1s", "user:{1}:ab", "a*b", "axb"] {
+        store.acquire(key, &rules, 1).await.expect("a decision");
+    }
+    store.reset("user:{1}:a").await.expect("reset");
+    store.reset("a*b").await.expect("reset");
+    let mut left: Vec<String> = conn.keys("*").await.expect("KEYS");
+    left.sort();
+    let mut want: Vec<String> = ["user:{1}:a:5/1s", "user:{1}:ab", "axb"]
+        .iter()
+        .flat_map(|k| rules.iter().map(|r| store.state_key(k, *r)))
+        .collect();
+    want.sort();
+    assert_eq!(left, want);
+    let fresh = store.peek("user:{1}:a", &rules).await.expect("a decision");
+    assert_eq!(fresh.remaining(), 5);
+}
+
+#[tokio::test]
+async fn a_sliding_log_costs_less_than_half_a_uuid_sorted_set() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(1_763_800_000_000_000);
+    let store = RedisStore::builder(server.url())
+        .client_clock(clock.clone())
+        .build()
+        .await
+        .expect("the Redis store connects");
+    let mut conn = raw(&server).await;
+    for limit in [10u64, 100, 1000] {
+        let rule = Rule::parse(&format!("{limit}/1m")).expect("a valid rule");
+        let key = format!("mem{limit}");
+        let zset = format!("uuid{limit}");
+        for i in 0..limit {
+            clock.advance(Duration::from_micros(997));
+            assert!(
+                store
+                    .acquire(&key, &[rule], 1)
+                    .await
+                    .expect("a decision")
+                    .allowed()
+            );
+            let member = format!("{:08x}-{:04x}-4000-8000-{:012x}", i, i % 65536, i * 7919);
+            let score = 1_763_800_000_000 + i;
+            let _: () = conn.zadd(&zset, member, score).await.expect("ZADD");
+        }
+        let ours: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(store.state_key(&key, rule))
+            .query_async(&mut conn)
+            .await
+            .expect("MEMORY USAGE");
+        let uuid: u64 = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(&zset)
+            .query_async(&mut conn)
+            .await
+            .expect("MEMORY USAGE");
+        assert!(
+            2 * ours <= uuid,
+            "limit {limit}: {ours} bytes against {uuid} for a UUID sorted set"
+        );
+    }
+}
+
+#[tokio::test]
+async fn server_clock_decides_on_redis_time() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let rule = Rule::parse("3/1s").expect("a valid rule");
+    for left in [2, 1, 0] {
+        let d = store.acquire("k", &[rule], 1).await.expect("a decision");
+        assert!(d.allowed());
+        assert_eq!(d.remaining(), left);
+    }
+    let denied = store.acquire("k", &[rule], 1).await.expect("a decision");
+    assert!(!denied.allowed());
+    assert!(denied.retry_after() > Duration::from_millis(900));
+    assert!(denied.retry_after() <= Duration::from_micros(1_000_001));
+    assert_eq!(
+        store.acquire("k", &[rule], 4).await,
+        Err(Error::CostExceedsLimit { cost: 4, limit: 3 })
+    );
+}
+
+#[tokio::test]
+async fn failures_are_typed_errors() {
+    assert!(matches!(
+        RedisStore::builder("http://localhost").build_lazy(),
+        Err(Error::Config(_))
+    ));
+    assert!(matches!(
+        RedisStore::builder("redis://127.0.0.1:1")
+            .prefix("a{b}")
+            .build_lazy(),
+        Err(Error::Config(_))
+    ));
+    // Nothing listens on port 1.
+    let down = RedisStore::builder("redis://127.0.0.1:1")
+        .connect_timeout(Duration::from_millis(200))
+        .build_lazy()
+        .expect("a lazy store");
+    let rule = Rule::parse("3/1s").expect("a valid rule");
+    let err = down.acquire("k", &[rule], 1).await.expect_err("no Redis");
+    assert!(err.is_store_failure(), "{err:?}");
+    assert!(down.ready().await.is_err());
+    assert_eq!(
+        down.acquire("a}b", &[rule], 1).await,
+        Err(Error::InvalidKey(
+            "\"a}b\" has braces that do not form a hash tag: use {tag} with a non-empty tag, or no braces".into()
+        ))
+    );
+
+    // A Redis that answers too late: the call times out, typed.
+    let server = RedisServer::start_with_args(&["--enable-debug-command", "yes"]);
+    let slow = RedisStore::builder(server.url())
+        .timeout(Duration::from_millis(50))
+        .build()
+        .await
+        .expect("the Redis store connects");
+    let mut conn = raw(&server).await;
+    let sleep = tokio::spawn(async move {
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg("0.3")
+            .query_async(&mut conn)
+            .await
+            .expect("DEBUG SLEEP");
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(
+        slow.acquire("k", &[rule], 1).await,
+        Err(Error::Timeout(Duration::from_millis(50)))
+    );
+    sleep.await.expect("DEBUG SLEEP ran");
+    // TLS is built in (rustls with ring, no provider to install): a TLS
+    // handshake with a plain-text server fails as a typed error, not a panic.
+    let tls = RedisStore::builder(format!("rediss://127.0.0.1:{}/#insecure", server.port()))
+        .timeout(Duration::from_millis(500))
+        .build_lazy()
+        .expect("a lazy store");
+    let err = tls
+        .acquire("k", &[rule], 1)
+        .await
+        .expect_err("no TLS there");
+    assert!(err.is_store_failure(), "{err:?}");
+    // And it recovers once Redis answers again.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        slow.acquire("k", &[rule], 1)
+            .await
+            .expect("a decision")
+            .allowed()
+    );
+}

@@ -1,0 +1,322 @@
+//! The Redis store against the memory store, decision by decision, every
+//! field and every error, on random sequences of clock moves (forward,
+//! exactly one window ±1 µs, and backward), keys, costs, multi-rule calls,
+//! batches, probes and resets, with limits and windows large enough that
+//! the script's exact slow-path arithmetic is exercised.
+//!
+//! One redis-server serves every case; each case uses its own key prefix.
+//! Both stores read one `ManualClock` (the Redis store in client clock
+//! mode), and Redis keeps keys for an hour past idle, as the memory store
+//! keeps states when it is not swept.
+
+mod common;
+
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use slidegate::clock::{Clock, ManualClock};
+use slidegate::{Algorithm, Hit, MemoryStore, Rate, RedisStore, Rule, Store};
+
+const KEYS: [&str; 4] = ["alice", "bob", "{tag}:carol", "user:{tag}:dave"];
+
+#[derive(Clone, Debug)]
+enum Op {
+    Advance(u64),
+    /// Exactly one window of a rule, plus -1, 0 or +1 µs: lands on boundaries.
+    AdvanceWindow(usize, i8),
+    /// The clock steps back (never below 0).
+    Back(u64),
+    Acquire {
+        key: usize,
+        rules: Vec<usize>,
+        cost: Cost,
+    },
+    Batch(Vec<(usize, usize, Cost)>),
+    /// Many admissions of one rule, the clock moving `step` µs between them:
+    /// long logs, merged entries, searches beyond the first few entries.
+    Burst {
+        key: usize,
+        rule: usize,
+        count: usize,
+        step: u64,
+        cost: Cost,
+    },
+    Reset(usize),
+}
+
+/// A cost relative to the rule's limit, so every rule sees probes, small
+/// costs, its whole limit and too much.
+#[derive(Clone, Copy, Debug)]
+enum Cost {
+    Fixed(u64),
+    Limit,
+    AboveLimit,
+    Fraction(u8),
+}
+
+impl Cost {
+    fn resolve(self, limit: u64) -> u64 {
+        match self {
+            Cost::Fixed(c) => c,
+            Cost::Limit => limit,
+            Cost::AboveLimit => limit + 1,
+            Cost::Fraction(f) => (limit * f as u64 / 255).max(1),
+        }
+    }
+}
+
+fn rule() -> impl Strategy<Value = Rule> {
+    let limit = prop_oneof![
+        4 => 1u64..=8,
+        1 => Just(100u64),
+        1 => Just(1_000_000_000u64),
+        1 => Just(Rate::MAX_LIMIT),
+        1 => Just(999_999_999_989u64),
+    ];
+    let max_window = Rate::MAX_WINDOW.as_micros() as u64;
+    let window_us = prop_oneof![
+        3 => 1_000u64..=5_000,
+        3 => 1_000u64..=3_000_000,
+        1 => Just(1_000_000u64),
+        1 => Just(max_window),
+        1 => (max_window / 2)..=max_window,
+    ];
+    let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
+    (limit, window_us, algorithm).prop_map(|(l, w, a)| {
+        Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate")).with_algorithm(a)
+    })
+}
+
+fn cost() -> impl Strategy<Value = Cost> {
+    prop_oneof![
+        6 => (0u64..=3).prop_map(Cost::Fixed),
+        1 => Just(Cost::Limit),
+        1 => Just(Cost::AboveLimit),
+        2 => any::<u8>().prop_map(Cost::Fraction),
+    ]
+}
+
+fn op(rules: usize) -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => prop_oneof![Just(0u64), 0u64..2_000, 0u64..4_000_000].prop_map(Op::Advance),
+        2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::AdvanceWindow(r, d)),
+        1 => prop_oneof![1u64..2_000, 0u64..4_000_000].prop_map(Op::Back),
+        6 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost())
+            .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
+        2 => prop::collection::vec((0..KEYS.len(), 0..rules, cost()), 1..=4).prop_map(Op::Batch),
+        1 => (0..KEYS.len(), 0..rules, 1usize..120, prop_oneof![Just(0u64), 0u64..3, 0u64..50_000], cost())
+            .prop_map(|(key, rule, count, step, cost)| Op::Burst { key, rule, count, step, cost }),
+        1 => (0..KEYS.len()).prop_map(Op::Reset),
+    ]
+}
+
+fn scenario() -> impl Strategy<Value = (u64, Vec<Rule>, Vec<Op>)> {
+    let start = prop_oneof![Just(0u64), 0u64..10_000_000, Just(1_763_800_000_000_000u64)];
+    (start, prop::collection::vec(rule(), 1..=4)).prop_flat_map(|(start, rules)| {
+        let n = rules.len();
+        (
+            Just(start),
+            Just(rules),
+            prop::collection::vec(op(n), 1..60),
+        )
+    })
+}
+
+/// Long sliding logs on one key: deep searches for the deciding entry,
+/// trims past the first few entries, same-µs merges, and the rewrite that
+/// keeps stored offsets and totals small (windows past 2^31 µs, limits of
+/// 10^12).
+fn long_logs() -> impl Strategy<Value = (u64, Vec<Rule>, Vec<Op>)> {
+    let limit = prop_oneof![Just(20u64), Just(100), Just(1_000), Just(Rate::MAX_LIMIT)];
+    let window = prop_oneof![Just(1_000_000u64), Just(3_600_000_000), Just(7_200_000_001)];
+    let rules = prop::collection::vec(
+        (limit, window).prop_map(|(l, w)| {
+            Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate"))
+        }),
+        1..=2,
+    );
+    let start = prop_oneof![Just(0u64), Just(1_763_800_000_000_000u64)];
+    (start, rules).prop_flat_map(|(start, rules)| {
+        let n = rules.len();
+        let window = rules[0].window_micros();
+        let op = prop_oneof![
+            3 => (0..n, 1usize..300, prop_oneof![Just(0u64), 0u64..3, 0..window / 200, window / 64..window / 8], cost())
+                .prop_map(|(rule, count, step, cost)| Op::Burst { key: 0, rule, count, step, cost }),
+            3 => (0..n, cost()).prop_map(|(r, cost)| Op::Acquire { key: 0, rules: vec![r], cost }),
+            3 => (0u64..=20, -1i64..=1)
+                .prop_map(move |(k, d)| Op::Advance((window * k / 16).saturating_add_signed(d))),
+            1 => (0u64..=8).prop_map(move |k| Op::Back(window * k / 64)),
+        ];
+        (Just(start), Just(rules), prop::collection::vec(op, 1..25))
+    })
+}
+
+/// Both stores on one clock, and the runtime the Redis store runs on.
+struct Harness {
+    _server: RedisServer,
+    runtime: tokio::runtime::Runtime,
+    clock: ManualClock,
+    redis: RedisStore,
+    cases: u32,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let server = RedisServer::start();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let clock = ManualClock::new();
+        let redis = runtime
+            .block_on(
+                RedisStore::builder(server.url())
+                    .client_clock(clock.clone())
+                    .expiry_margin(Duration::from_secs(3600))
+                    .timeout(Duration::from_secs(5))
+                    .build(),
+            )
+            .expect("the Redis store connects");
+        Harness {
+            _server: server,
+            runtime,
+            clock,
+            redis,
+            cases: 0,
+        }
+    }
+
+    /// Runs `cases` random scenarios, each on fresh keys and a fresh memory store.
+    fn check(&mut self, cases: u32, scenarios: impl Strategy<Value = (u64, Vec<Rule>, Vec<Op>)>) {
+        let mut runner = TestRunner::new(Config {
+            cases,
+            ..Config::default()
+        });
+        let this = std::cell::RefCell::new(self);
+        let result = runner.run(&scenarios, |(start, rules, ops)| {
+            this.borrow_mut().run_case(start, &rules, &ops)
+        });
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+    }
+
+    fn run_case(&mut self, start: u64, rules: &[Rule], ops: &[Op]) -> Result<(), TestCaseError> {
+        self.cases += 1;
+        let keys: Vec<String> = KEYS
+            .iter()
+            .map(|k| format!("case{}-{k}", self.cases))
+            .collect();
+        self.clock.set(start);
+        let memory: MemoryStore<String, ManualClock> = MemoryStore::builder()
+            .clock(self.clock.clone())
+            .sweep_interval(None)
+            .build();
+        let (clock, redis, runtime) = (&self.clock, &self.redis, &self.runtime);
+        let acquire = |key: &str, rs: &[Rule], c: u64, what: &dyn std::fmt::Debug| {
+            let want = runtime.block_on(Store::acquire(&memory, key, rs, c));
+            let got = runtime.block_on(redis.acquire(key, rs, c));
+            prop_assert_eq!(got, want, "{:?} at {}", what, clock.now_micros());
+            Ok(())
+        };
+        for (n_op, op) in ops.iter().enumerate() {
+            let what = (n_op, op);
+            match op {
+                Op::Advance(us) => clock.advance(Duration::from_micros(*us)),
+                Op::AdvanceWindow(r, delta) => {
+                    let us = rules[*r]
+                        .window_micros()
+                        .saturating_add_signed(*delta as i64);
+                    clock.advance(Duration::from_micros(us));
+                }
+                Op::Back(us) => clock.set(clock.now_micros().saturating_sub(*us)),
+                Op::Acquire {
+                    key,
+                    rules: chosen,
+                    cost,
+                } => {
+                    let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
+                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    acquire(&keys[*key], &rs, cost.resolve(limit), &what)?;
+                }
+                Op::Batch(hits) => {
+                    let batch: Vec<Hit<'_>> = hits
+                        .iter()
+                        .map(|&(k, r, c)| {
+                            Hit::new(keys[k].as_str(), rules[r], c.resolve(rules[r].limit()))
+                        })
+                        .collect();
+                    let want = runtime.block_on(Store::acquire_batch(&memory, &batch));
+                    let got = runtime.block_on(redis.acquire_batch(&batch));
+                    prop_assert_eq!(got, want, "{:?} at {}", what, clock.now_micros());
+                }
+                Op::Burst {
+                    key,
+                    rule,
+                    count,
+                    step,
+                    cost,
+                } => {
+                    let rs = [rules[*rule]];
+                    for i in 0..*count {
+                        let c = match cost {
+                            Cost::Fraction(f) => {
+                                Cost::Fraction(f.wrapping_add((i as u8).wrapping_mul(37)))
+                            }
+                            other => *other,
+                        };
+                        acquire(&keys[*key], &rs, c.resolve(rs[0].limit()), &(what, i))?;
+                        clock.advance(Duration::from_micros(*step));
+                    }
+                }
+                Op::Reset(key) => {
+                    memory.reset(keys[*key].as_str());
+                    runtime
+                        .block_on(redis.reset(&keys[*key]))
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn redis_store_decides_like_the_memory_store() {
+    Harness::new().check(150, scenario());
+}
+
+#[test]
+fn long_sliding_logs_decide_like_the_memory_store() {
+    Harness::new().check(60, long_logs());
+}
+
+#[test]
+fn an_entry_exactly_a_window_old_still_counts_after_older_ones_are_trimmed() {
+    let rule = Rule::parse("3/1s").expect("a valid rule");
+    let one = |cost| Op::Acquire {
+        key: 0,
+        rules: vec![0],
+        cost: Cost::Fixed(cost),
+    };
+    let ops = [
+        one(1),
+        Op::Advance(10),
+        one(1),
+        Op::Advance(10),
+        one(1),
+        // The first entry is now more than a window old, the second exactly one.
+        Op::AdvanceWindow(0, -10),
+        one(0),
+        one(2),
+        one(1),
+    ];
+    let mut harness = Harness::new();
+    for start in [0, 1_763_800_000_000_000] {
+        harness
+            .run_case(start, &[rule], &ops)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
