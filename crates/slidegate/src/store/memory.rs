@@ -272,12 +272,12 @@ where
         }
     }
 
-    fn insert_key<Q>(&self, key: &Q, now: u64) -> Result<dashmap::mapref::one::RefMut<'_, K, Slot>>
+    fn insert_key<Q>(&self, key: &Q) -> Result<dashmap::mapref::one::RefMut<'_, K, Slot>>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        self.make_room(now)?;
+        self.make_room(self.clock.now_micros())?;
         let slot = match self.map.entry(key.to_owned()) {
             Entry::Occupied(entry) => entry.into_ref(),
             Entry::Vacant(entry) => {
@@ -304,16 +304,23 @@ where
     {
         check_cost(rules, cost)?;
         let inner = &*self.inner;
-        let now = inner.clock.now_micros();
+        // The clock is read under the lock: a sweep that dropped the key as
+        // idle used an earlier time, so the fresh state is equivalent. Read
+        // before the lock, a sweep in between could drop entries that still
+        // count at the (older) time of this decision.
+        //
         // The shard's write lock makes the key's mutex unnecessary here:
         // batches, which lock keys one by one, hold the shard's read lock.
         if let Some(mut slot) = inner.map.get_mut(key) {
+            let now = inner.clock.now_micros();
             return decide_key(slot.states.get_mut(), rules, now, cost);
         }
         if cost == 0 {
+            let now = inner.clock.now_micros();
             return decide_key(&mut KeyStates::default(), rules, now, 0);
         }
-        let mut slot = inner.insert_key(key, now)?;
+        let mut slot = inner.insert_key(key)?;
+        let now = inner.clock.now_micros();
         decide_key(slot.states.get_mut(), rules, now, cost)
     }
 
@@ -336,10 +343,12 @@ where
     {
         check_cost(rules, cost)?;
         let inner = &*self.inner;
-        let now = inner.clock.now_micros();
         let decisions = match inner.map.get_mut(key) {
-            Some(mut slot) => slot.states.get_mut().dry_run(rules, now, cost),
-            None => KeyStates::default().dry_run(rules, now, cost),
+            Some(mut slot) => {
+                let now = inner.clock.now_micros();
+                slot.states.get_mut().dry_run(rules, now, cost)
+            }
+            None => KeyStates::default().dry_run(rules, inner.clock.now_micros(), cost),
         };
         Decision::combine(&decisions).ok_or(Error::NoRules)
     }
@@ -359,7 +368,6 @@ where
             check_cost(&[hit.rule], hit.cost)?;
         }
         let inner = &*self.inner;
-        let now = inner.clock.now_micros();
         // The first hit of each distinct key stands for the key.
         let key_of: Vec<usize> = hits
             .iter()
@@ -374,7 +382,7 @@ where
         loop {
             for (i, hit) in hits.iter().enumerate() {
                 if key_of[i] == i && consumes(i) && !inner.map.contains_key(hit.key) {
-                    drop(inner.insert_key(hit.key, now)?);
+                    drop(inner.insert_key(hit.key)?);
                 }
             }
             // Hold every key's shard (read) lock so none is swept, then lock
@@ -409,6 +417,8 @@ where
                     None => empty,
                 })
                 .collect();
+            // Under the locks, for the reason given in `acquire`.
+            let now = inner.clock.now_micros();
             let locked: Vec<LockedHit> = hits
                 .iter()
                 .zip(&key_of)
