@@ -1,0 +1,59 @@
+//! Replays the checked-in fuzz corpus (`fuzz/corpus/`) through the same
+//! entry points as the fuzz targets, on the stable toolchain: every input
+//! the fuzzers kept gives a value or a typed error, never a panic.
+//! `scripts/fuzz.sh` runs the fuzzers themselves (nightly).
+
+use std::path::PathBuf;
+
+use slidegate::Rate;
+use slidegate_server::check_json::RateLimitRequestJson;
+use slidegate_server::config::{LoadOptions, RateLimitConfig};
+use slidegate_server::http::request::parse_acquire;
+
+fn corpus(target: &str) -> Vec<Vec<u8>> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let inputs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
+        .collect();
+    assert!(inputs.len() >= 5, "{target}: the corpus is missing");
+    inputs
+}
+
+#[test]
+fn the_rate_parser_corpus_parses_or_errs_and_round_trips() {
+    for input in corpus("rate_parser") {
+        let Ok(text) = std::str::from_utf8(&input) else { continue };
+        if let Ok(rate) = text.parse::<Rate>() {
+            assert_eq!(rate.to_string().parse::<Rate>().unwrap(), rate, "{text:?}");
+        }
+        let _ = slidegate::rate::parse_window(text);
+    }
+}
+
+#[test]
+fn the_config_corpus_loads_or_errs() {
+    let mut loaded = 0;
+    for input in corpus("config_parser") {
+        let Ok(text) = std::str::from_utf8(&input) else { continue };
+        let sources = [("fuzz.yaml".to_owned(), text.to_owned())];
+        if let Ok(config) = RateLimitConfig::from_sources(&sources, LoadOptions::default()) {
+            loaded += 1;
+            let domains: Vec<String> = config.domains().map(str::to_owned).collect();
+            for domain in domains {
+                let _ = config.lookup(&domain, &[("key", "value"), ("k2", "v2")]);
+            }
+        }
+    }
+    assert!(loaded > 0, "some inputs are valid configs");
+}
+
+#[test]
+fn the_http_body_corpus_decodes_or_errs() {
+    for input in corpus("http_body") {
+        let _ = parse_acquire(&input);
+        if let Ok(request) = RateLimitRequestJson::from_slice(&input) {
+            let _ = request.into_request();
+        }
+    }
+}
