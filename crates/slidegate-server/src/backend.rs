@@ -9,10 +9,14 @@
 use std::fmt;
 use std::str::FromStr;
 
-use slidegate::store::resilient::FailurePolicy;
+use std::time::Duration;
+
+use slidegate::clock::SystemClock;
+use slidegate::store::redis::RedisStore;
+use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{Decision, Error, Hit, MemoryStore, Rule, Store};
 
-use crate::cli::StoreArgs;
+use crate::cli::{ClockMode, StoreArgs};
 use crate::metrics::Instrumented;
 
 /// A parsed `--store` value.
@@ -43,7 +47,9 @@ impl FromStr for StoreUrl {
             .split_once("://")
             .map(|(scheme, _)| scheme.to_ascii_lowercase());
         match scheme.as_deref() {
-            Some("redis" | "rediss" | "redis+cluster") => Ok(StoreUrl::Redis(trimmed.to_owned())),
+            Some("redis" | "rediss" | "redis+cluster" | "rediss+cluster") => {
+                Ok(StoreUrl::Redis(trimmed.to_owned()))
+            }
             _ => Err(UnknownStore(s.to_owned())),
         }
     }
@@ -63,9 +69,10 @@ impl fmt::Display for StoreUrl {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConnectError {
-    /// The store exists in the design but not in this build yet.
-    #[error("the {0} store is not available in this version of slidegate; use --store memory")]
-    Unsupported(&'static str),
+    /// The Redis URL or options are wrong (an unreachable Redis is not an
+    /// error: the service starts, degraded, and follows it when it answers).
+    #[error("redis store: {0}")]
+    Redis(#[source] Error),
 }
 
 /// Every store the service can decide with.
@@ -74,6 +81,9 @@ pub enum ConnectError {
 pub enum Backend {
     /// The in-process store: fast, exact, per instance, lost on restart.
     Memory(MemoryBackend),
+    /// Redis or Redis Cluster, shared by every instance, behind the failure
+    /// policy, the deadline, the circuit breaker and the local deny cache.
+    Redis(ResilientStore<Instrumented<RedisStore>>),
 }
 
 /// The memory store, and what to answer when it is full.
@@ -104,14 +114,35 @@ impl Backend {
                 ),
                 when_full: args.on_error,
             })),
-            StoreUrl::Redis(_) => Err(ConnectError::Unsupported("redis")),
+            StoreUrl::Redis(url) => {
+                let timeout = Duration::from_millis(args.timeout_ms.max(1));
+                let builder = RedisStore::builder(url.clone()).timeout(timeout);
+                let builder = match args.clock {
+                    ClockMode::Server => builder.server_clock(),
+                    ClockMode::Client => builder.client_clock(SystemClock),
+                };
+                let redis = builder.build_lazy().map_err(ConnectError::Redis)?;
+                let kind = if redis.is_cluster() {
+                    "redis_cluster"
+                } else {
+                    "redis"
+                };
+                let store = ResilientStore::builder(Instrumented::new(redis, kind))
+                    .policy(args.on_error)
+                    .timeout(timeout)
+                    .local_max_keys(args.max_keys)
+                    .build();
+                Ok(Backend::Redis(store))
+            }
         }
     }
 
-    /// The kind of store, for logs and `/readyz`.
+    /// The kind of store, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
             Backend::Memory(_) => "memory",
+            Backend::Redis(store) if store.inner().inner().is_cluster() => "redis_cluster",
+            Backend::Redis(_) => "redis",
         }
     }
 }
@@ -127,6 +158,7 @@ impl Store for Backend {
                 Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
                 other => other,
             },
+            Backend::Redis(store) => store.acquire(key, rules, cost).await,
         }
     }
 
@@ -138,18 +170,21 @@ impl Store for Backend {
                 }
                 other => other,
             },
+            Backend::Redis(store) => store.acquire_batch(hits).await,
         }
     }
 
     async fn reset(&self, key: &str) -> slidegate::Result<()> {
         match self {
             Backend::Memory(m) => Store::reset(&m.store, key).await,
+            Backend::Redis(store) => store.reset(key).await,
         }
     }
 
     async fn ready(&self) -> slidegate::Result<()> {
         match self {
             Backend::Memory(m) => Store::ready(&m.store).await,
+            Backend::Redis(store) => store.ready().await,
         }
     }
 }

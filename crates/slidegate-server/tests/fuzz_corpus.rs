@@ -11,7 +11,9 @@ use slidegate_server::config::{LoadOptions, RateLimitConfig};
 use slidegate_server::http::request::parse_acquire;
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/corpus")
+        .join(target);
     let inputs: Vec<Vec<u8>> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|entry| std::fs::read(entry.unwrap().path()).unwrap())
@@ -23,7 +25,9 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 #[test]
 fn the_rate_parser_corpus_parses_or_errs_and_round_trips() {
     for input in corpus("rate_parser") {
-        let Ok(text) = std::str::from_utf8(&input) else { continue };
+        let Ok(text) = std::str::from_utf8(&input) else {
+            continue;
+        };
         if let Ok(rate) = text.parse::<Rate>() {
             assert_eq!(rate.to_string().parse::<Rate>().unwrap(), rate, "{text:?}");
         }
@@ -35,7 +39,9 @@ fn the_rate_parser_corpus_parses_or_errs_and_round_trips() {
 fn the_config_corpus_loads_or_errs() {
     let mut loaded = 0;
     for input in corpus("config_parser") {
-        let Ok(text) = std::str::from_utf8(&input) else { continue };
+        let Ok(text) = std::str::from_utf8(&input) else {
+            continue;
+        };
         let sources = [("fuzz.yaml".to_owned(), text.to_owned())];
         if let Ok(config) = RateLimitConfig::from_sources(&sources, LoadOptions::default()) {
             loaded += 1;

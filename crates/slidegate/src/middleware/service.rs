@@ -12,7 +12,6 @@
 //! On the first two the inner service readied by `poll_ready` is called
 //! right away: no clone of it and no boxed response future.
 
-use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -34,8 +33,7 @@ use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::headers;
 use crate::rate::Rule;
-use crate::store::memory::MemoryStore;
-use crate::store::{MAX_KEY_LEN, Store, validate_key};
+use crate::store::{MAX_KEY_LEN, Store};
 
 pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
 pub(crate) type RejectionHook =
@@ -369,21 +367,16 @@ where
     }
 }
 
-/// The decision of the in-process [`MemoryStore`], taken synchronously:
-/// `None` for any other store.
-///
-/// The `Store` trait is async only, so asking it costs a boxed future per
-/// request even when the answer is immediate; for the memory store (the
-/// common in-process case) that is a measurable part of the layer's cost.
-/// Same checks and same decision as `Store::acquire`, minus the future.
+/// The decision, when the store can take it without waiting
+/// ([`Store::acquire_now`]: the memory store, a cached denial): the layer
+/// then answers without creating a future.
 fn decide_in_process<St: Store + 'static>(
     store: &St,
     key: &str,
     rules: &[Rule],
     cost: u64,
 ) -> Option<Result<Decision>> {
-    let memory = (store as &dyn Any).downcast_ref::<MemoryStore>()?;
-    Some(validate_key(key).and_then(|()| memory.acquire(key, rules, cost)))
+    store.acquire_now(key, rules, cost)
 }
 
 pin_project! {

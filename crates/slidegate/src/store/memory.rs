@@ -559,6 +559,10 @@ impl<C: Clock> Store for MemoryStore<String, C> {
     async fn ready(&self) -> Result<()> {
         Ok(())
     }
+
+    fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
+        Some(validate_key(key).and_then(|()| MemoryStore::acquire(self, key, rules, cost)))
+    }
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ pub mod resilient;
 ///
 /// A batch passes only if every hit passes; then all are recorded,
 /// otherwise none. A cost of 0 checks without consuming.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Hit<'a, Q: ?Sized = str> {
     /// The key the rule applies to (`"login:10.0.0.1"`).
     pub key: &'a Q,
@@ -29,6 +29,15 @@ pub struct Hit<'a, Q: ?Sized = str> {
     /// The cost: 1 for one request, 0 to check without consuming.
     pub cost: u64,
 }
+
+// By hand: derived impls would ask `Q: Copy`, which `str` is not.
+impl<Q: ?Sized> Clone for Hit<'_, Q> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<Q: ?Sized> Copy for Hit<'_, Q> {}
 
 impl<'a, Q: ?Sized> Hit<'a, Q> {
     /// A hit of `cost` units of `rule` for `key`.
@@ -63,6 +72,16 @@ pub trait Store: Send + Sync {
 
     /// Answers whether the store can take decisions now.
     fn ready(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Decides at once, without waiting, when the store can (an in-process
+    /// store, or a cached denial): `None` when the decision needs I/O, and
+    /// [`acquire`](Store::acquire) must be awaited. Lets a caller such as a
+    /// tower service skip creating a future on the fast path. Same contract
+    /// as `acquire` when `Some`.
+    fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
+        let _ = (key, rules, cost);
+        None
+    }
 
     /// The state of `key` under `rules` without consuming: would a request
     /// of cost 1 pass, and what remains.
@@ -119,6 +138,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn ready(&self) -> impl Future<Output = Result<()>> + Send {
         (**self).ready()
+    }
+
+    fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
+        (**self).acquire_now(key, rules, cost)
     }
 }
 

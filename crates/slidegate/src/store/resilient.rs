@@ -403,6 +403,16 @@ impl<S: Store> Store for ResilientStore<S> {
         }
     }
 
+    fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
+        if let Err(error) = validate_key(key).and_then(|()| check_cost(rules, cost)) {
+            return Some(Err(error));
+        }
+        let cache = self.shared.deny_cache.as_ref()?;
+        let decision = cache.lookup(key, rules, cost, self.shared.clock.now_micros())?;
+        metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+        Some(Ok(decision))
+    }
+
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
         if hits.is_empty() {
             return Err(Error::NoRules);
