@@ -131,6 +131,7 @@ impl Backend {
                     .policy(args.on_error)
                     .timeout(timeout)
                     .local_max_keys(args.max_keys)
+                    .deny_cache((args.deny_cache_entries > 0).then_some(args.deny_cache_entries))
                     .build();
                 Ok(Backend::Redis(store))
             }
@@ -223,6 +224,7 @@ mod tests {
             timeout_ms: 50,
             clock: crate::cli::ClockMode::Server,
             max_keys,
+            deny_cache_entries: 0,
         }
     }
 

@@ -208,6 +208,17 @@ pub struct StoreArgs {
         default_value_t = 1_000_000
     )]
     pub max_keys: usize,
+
+    /// Bound of the local deny cache in entries (Redis store): a request
+    /// the store denied with `retry_after = d` is denied locally for `d`,
+    /// exactly, without a round trip. 0 turns the cache off.
+    #[arg(
+        long = "deny-cache-entries",
+        value_name = "N",
+        env = "SLIDEGATE_DENY_CACHE_ENTRIES",
+        default_value_t = 100_000
+    )]
+    pub deny_cache_entries: usize,
 }
 
 /// Flags of `slidegate check`.
