@@ -329,12 +329,23 @@ fn glob_matches_like_a_shell_star() {
 fn the_documented_example_rules_load_and_match() {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/examples/rules.yaml");
     let c = RateLimitConfig::load(&[path], LoadOptions::default()).unwrap();
-    assert_eq!(rule_of(&c, "api", &[("remote_address", "10.0.0.1")]), Some(per(100, Unit::Minute)));
+    assert_eq!(
+        rule_of(&c, "api", &[("remote_address", "10.0.0.1")]),
+        Some(per(100, Unit::Minute))
+    );
     let login = c.lookup("api", &[("path", "/login")]).unwrap();
     assert_eq!(login.limit.unit, Unit::Window(Duration::from_millis(250)));
-    assert!(c.lookup("api", &[("path", "/login"), ("user", "alice")]).is_some());
+    assert!(
+        c.lookup("api", &[("path", "/login"), ("user", "alice")])
+            .is_some()
+    );
     let a = c.lookup("api", &[("path", "/api/v1/users")]).unwrap();
     let b = c.lookup("api", &[("path", "/api/v1/orders")]).unwrap();
     assert_eq!(a.counter_key, b.counter_key);
-    assert!(c.lookup("api", &[("tenant", "acme")]).unwrap().limit.shadow_mode);
+    assert!(
+        c.lookup("api", &[("tenant", "acme")])
+            .unwrap()
+            .limit
+            .shadow_mode
+    );
 }

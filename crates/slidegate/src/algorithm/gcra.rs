@@ -12,15 +12,29 @@ use crate::decision::Decision;
 use crate::rate::Rate;
 
 /// The state of one GCRA meter: the TAT scaled by the limit.
+///
+/// Kept as two `u64` halves rather than a `u128`, so the state (and every
+/// store slot holding one) stays 8-byte aligned: 16-byte alignment would
+/// pad every key of the memory store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Gcra {
-    tat_scaled: u128,
+    tat_high: u64,
+    tat_low: u64,
 }
 
 impl Gcra {
+    fn tat_scaled(&self) -> u128 {
+        (u128::from(self.tat_high) << 64) | u128::from(self.tat_low)
+    }
+
+    fn set_tat_scaled(&mut self, tat: u128) {
+        self.tat_high = (tat >> 64) as u64;
+        self.tat_low = tat as u64;
+    }
+
     /// The theoretical arrival time in whole microseconds, rounded up.
     pub fn tat_micros(&self, rate: Rate) -> u64 {
-        ceil_div(self.tat_scaled, rate.limit())
+        ceil_div(self.tat_scaled(), rate.limit())
     }
 
     /// Units that would pass in a row at `now` (scaled TAT `base` ≥ now).
@@ -36,10 +50,11 @@ impl Meter for Gcra {
         let (limit, window) = (rate.limit(), rate.window_micros());
         let now_scaled = now as u128 * limit as u128;
         let capacity = window as u128 * limit as u128;
-        let base = self.tat_scaled.max(now_scaled);
+        let tat_scaled = self.tat_scaled();
+        let base = tat_scaled.max(now_scaled);
         let asked = cost.max(1);
         let after = base + asked as u128 * window as u128;
-        let reset_now = if self.tat_scaled > now_scaled {
+        let reset_now = if tat_scaled > now_scaled {
             until(self.tat_micros(rate), now)
         } else {
             0
@@ -61,12 +76,12 @@ impl Meter for Gcra {
 
     fn record(&mut self, rate: Rate, now: u64, cost: u64) {
         let now_scaled = now as u128 * rate.limit() as u128;
-        self.tat_scaled =
-            self.tat_scaled.max(now_scaled) + cost as u128 * rate.window_micros() as u128;
+        let tat = self.tat_scaled().max(now_scaled) + cost as u128 * rate.window_micros() as u128;
+        self.set_tat_scaled(tat);
     }
 
     fn is_idle(&self, rate: Rate, now: u64) -> bool {
-        self.tat_scaled <= now as u128 * rate.limit() as u128
+        self.tat_scaled() <= now as u128 * rate.limit() as u128
     }
 }
 
