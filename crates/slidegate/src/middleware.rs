@@ -95,6 +95,7 @@ use crate::store::Store;
 
 mod body;
 mod builder;
+mod head;
 mod key;
 mod proxy;
 mod response;
@@ -102,6 +103,7 @@ mod service;
 
 pub use body::ResponseBody;
 pub use builder::RateLimitBuilder;
+pub use head::RequestHead;
 pub use key::{
     And, ClientIp, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor, KeyWriter, NoKey,
     PathKey, PeerIp, Route,

@@ -3,9 +3,9 @@
 use std::fmt;
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{HeaderValue, Response, StatusCode};
 
+use super::head::RequestHead;
 use super::service::{Config, CostFn, RejectionHook};
 use super::{BuildError, IntoRule, MissingKey, OnStoreError, RateLimitLayer, Rejection};
 use crate::error::Error;
@@ -72,7 +72,7 @@ impl<St, K> RateLimitBuilder<St, K> {
     ///     .build()?;
     /// # Ok::<(), slidegate::middleware::BuildError>(())
     /// ```
-    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+    pub fn cost(mut self, cost: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static) -> Self {
         self.cost = Some(Box::new(cost));
         self
     }
@@ -126,7 +126,7 @@ impl<St, K> RateLimitBuilder<St, K> {
     /// ```
     pub fn on_rejection(
         mut self,
-        hook: impl Fn(&Rejection<'_>, &Parts, Response<Bytes>) -> Response<Bytes>
+        hook: impl Fn(&Rejection<'_>, &RequestHead<'_>, Response<Bytes>) -> Response<Bytes>
         + Send
         + Sync
         + 'static,

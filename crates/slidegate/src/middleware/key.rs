@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
 use axum::extract::{ConnectInfo, MatchedPath};
 use http::HeaderName;
-use http::request::Parts;
 
+use super::head::RequestHead;
 use super::proxy::{ProxyHeader, TrustedProxies, client_ip};
 
 /// Decides which bucket a request is counted in, by writing one or more
@@ -20,14 +20,13 @@ use super::proxy::{ProxyHeader, TrustedProxies, client_ip};
 /// use [`Key::from_fn`].
 ///
 /// ```
-/// use http::request::Parts;
-/// use slidegate::middleware::{KeyExtractor, KeyWriter, NoKey};
+/// use slidegate::middleware::{KeyExtractor, KeyWriter, NoKey, RequestHead};
 ///
 /// /// Counts requests per tenant, from the `x-tenant` header.
 /// struct Tenant;
 ///
 /// impl KeyExtractor for Tenant {
-///     fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+///     fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
 ///         let tenant = request.headers.get("x-tenant").ok_or(NoKey::new("no x-tenant header"))?;
 ///         key.part_bytes("tenant", tenant.as_bytes());
 ///         Ok(())
@@ -36,7 +35,7 @@ use super::proxy::{ProxyHeader, TrustedProxies, client_ip};
 /// ```
 pub trait KeyExtractor: Send + Sync + 'static {
     /// Writes the key of `request` into `key`, or says why there is none.
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey>;
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey>;
 
     /// A key made of both keys: `user=42|route=POST /login`. A request
     /// has the combined key only when it has both.
@@ -361,7 +360,7 @@ impl Key {
     /// ```
     pub fn from_fn<F, V>(label: &'static str, f: F) -> FromFn<F>
     where
-        F: Fn(&Parts) -> Option<V> + Send + Sync + 'static,
+        F: Fn(&RequestHead<'_>) -> Option<V> + Send + Sync + 'static,
         V: Display,
     {
         FromFn { label, f }
@@ -385,7 +384,7 @@ impl PeerIp {
 
 /// The peer address of a request, from axum's `ConnectInfo<SocketAddr>`
 /// or (feature `tonic`) tonic's `TcpConnectInfo`.
-pub(crate) fn peer_addr(request: &Parts) -> Option<IpAddr> {
+pub(crate) fn peer_addr(request: &RequestHead<'_>) -> Option<IpAddr> {
     if let Some(ConnectInfo(addr)) = request.extensions.get::<ConnectInfo<SocketAddr>>() {
         return Some(addr.ip().to_canonical());
     }
@@ -405,7 +404,7 @@ const NO_PEER: NoKey = NoKey::new(
 );
 
 impl KeyExtractor for PeerIp {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         let ip = peer_addr(request).ok_or(NO_PEER)?;
         key.part_ip("ip", mask(ip, self.ipv6_prefix));
         Ok(())
@@ -437,9 +436,9 @@ impl ClientIp {
 }
 
 impl KeyExtractor for ClientIp {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         let peer = peer_addr(request).ok_or(NO_PEER)?;
-        let ip = client_ip(peer, &request.headers, &self.trusted, self.header);
+        let ip = client_ip(peer, request.headers, &self.trusted, self.header);
         key.part_ip("ip", mask(ip, self.ipv6_prefix));
         Ok(())
     }
@@ -464,7 +463,7 @@ pub struct HeaderKey {
 }
 
 impl KeyExtractor for HeaderKey {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         match request.headers.get(&self.name) {
             Some(value) if !value.is_empty() => {
                 key.part_bytes(self.name.as_str(), value.as_bytes());
@@ -480,7 +479,7 @@ impl KeyExtractor for HeaderKey {
 pub struct Route;
 
 impl KeyExtractor for Route {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         let path = request
             .extensions
             .get::<MatchedPath>()
@@ -498,7 +497,7 @@ impl KeyExtractor for Route {
 pub struct PathKey;
 
 impl KeyExtractor for PathKey {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         key.part_display(
             "path",
             format_args!("{} {}", request.method, request.uri.path()),
@@ -532,7 +531,7 @@ impl<T> fmt::Debug for ExtensionKey<T> {
 }
 
 impl<T: Display + Send + Sync + 'static> KeyExtractor for ExtensionKey<T> {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         let value = request
             .extensions
             .get::<T>()
@@ -547,7 +546,7 @@ impl<T: Display + Send + Sync + 'static> KeyExtractor for ExtensionKey<T> {
 pub struct Global;
 
 impl KeyExtractor for Global {
-    fn extract(&self, _request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, _request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         key.push_word("global");
         Ok(())
     }
@@ -570,10 +569,10 @@ impl<F> fmt::Debug for FromFn<F> {
 
 impl<F, V> KeyExtractor for FromFn<F>
 where
-    F: Fn(&Parts) -> Option<V> + Send + Sync + 'static,
+    F: Fn(&RequestHead<'_>) -> Option<V> + Send + Sync + 'static,
     V: Display,
 {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         let value = (self.f)(request).ok_or(NoKey::new("the key function found no key"))?;
         key.part_display(self.label, value);
         Ok(())
@@ -585,7 +584,7 @@ where
 pub struct And<A, B>(A, B);
 
 impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
-    fn extract(&self, request: &Parts, key: &mut KeyWriter) -> Result<(), NoKey> {
+    fn extract(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
         self.0.extract(request, key)?;
         self.1.extract(request, key)
     }

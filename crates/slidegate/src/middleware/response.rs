@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
+use super::head::RequestHead;
 use super::key::NoKey;
 use crate::decision::Decision;
 use crate::error::Error;
@@ -86,7 +86,7 @@ pub(crate) struct Context<'a> {
 
 /// The request's content type when it is a gRPC call: `application/grpc`,
 /// optionally followed by `+proto`, `+json`, `-web`, ... or parameters.
-pub(crate) fn grpc_content_type(request: &Parts) -> Option<&HeaderValue> {
+pub(crate) fn grpc_content_type<'a>(request: &RequestHead<'a>) -> Option<&'a HeaderValue> {
     let value = request.headers.get(CONTENT_TYPE)?;
     value
         .as_bytes()

@@ -20,12 +20,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::body::ResponseBody;
+use super::head::RequestHead;
 use super::key::{KeyExtractor, KeyWriter, NoKey};
 use super::response::{self, DEGRADED, Rejection};
 use super::{MissingKey, OnStoreError};
@@ -35,9 +35,9 @@ use crate::headers;
 use crate::rate::Rule;
 use crate::store::{MAX_KEY_LEN, Store};
 
-pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
+pub(crate) type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
 pub(crate) type RejectionHook =
-    dyn Fn(&Rejection<'_>, &Parts, Response<Bytes>) -> Response<Bytes> + Send + Sync;
+    dyn Fn(&Rejection<'_>, &RequestHead<'_>, Response<Bytes>) -> Response<Bytes> + Send + Sync;
 
 /// A layer's configuration, shared by its services.
 pub(crate) struct Config<St, K> {
@@ -112,7 +112,7 @@ impl Extra {
 
 impl<St: Store, K: KeyExtractor> Config<St, K> {
     /// The store key of `request`: the prefix and the extracted parts.
-    fn key(&self, request: &Parts) -> Result<String, NoKey> {
+    fn key(&self, request: &RequestHead<'_>) -> Result<String, NoKey> {
         let mut key = KeyWriter::with_capacity(48);
         if let Some(prefix) = &self.prefix {
             key.push_word(prefix);
@@ -135,7 +135,7 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     }
 
     /// Key and cost, or a verdict that needs no store.
-    fn prepare(&self, request: &Parts) -> Prepared<'_> {
+    fn prepare(&self, request: &RequestHead<'_>) -> Prepared<'_> {
         let key = match self.key(request) {
             Ok(key) => key,
             Err(reason) => match self.missing_key {
@@ -221,7 +221,11 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     }
 
     /// The response to a rejection: the default one, through the hook.
-    fn reject<B>(&self, rejection: &Rejection<'_>, request: &Parts) -> Response<ResponseBody<B>> {
+    fn reject<B>(
+        &self,
+        rejection: &Rejection<'_>,
+        request: &RequestHead<'_>,
+    ) -> Response<ResponseBody<B>> {
         let cx = response::Context {
             grpc: response::grpc_content_type(request),
             policy_header: &self.policy_header,
@@ -239,23 +243,22 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
         &self,
         verdict: Verdict<'_>,
         inner: &mut S,
-        parts: Parts,
-        body: ReqBody,
+        request: Request<ReqBody>,
     ) -> Acted<S::Future, ResBody>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
     {
         match verdict {
-            Verdict::Pass(extra) => {
-                Acted::Called(inner.call(Request::from_parts(parts, body)), extra)
+            Verdict::Pass(extra) => Acted::Called(inner.call(request), extra),
+            Verdict::Reject(rejection) => {
+                Acted::Answered(self.reject(&rejection, &RequestHead::from(&request)))
             }
-            Verdict::Reject(rejection) => Acted::Answered(self.reject(&rejection, &parts)),
             Verdict::StoreDenied { error, retry_after } => {
                 let rejection = Rejection::StoreFailure {
                     error: &error,
                     retry_after,
                 };
-                Acted::Answered(self.reject(&rejection, &parts))
+                Acted::Answered(self.reject(&rejection, &RequestHead::from(&request)))
             }
         }
     }
@@ -322,17 +325,16 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = request.into_parts();
         let config = &*self.config;
-        let (key, cost) = match config.prepare(&parts) {
+        let (key, cost) = match config.prepare(&RequestHead::from(&request)) {
             Prepared::Ask { key, cost } => (key, cost),
             Prepared::Decided(verdict) => {
-                return config.act(verdict, &mut self.inner, parts, body).into();
+                return config.act(verdict, &mut self.inner, request).into();
             }
         };
         if let Some(answer) = decide_in_process(&config.store, &key, &config.rules, cost) {
             let verdict = config.judge(answer);
-            return config.act(verdict, &mut self.inner, parts, body).into();
+            return config.act(verdict, &mut self.inner, request).into();
         }
         let shared = Arc::clone(&self.config);
         let mut answer =
@@ -343,7 +345,7 @@ where
             .poll(&mut Context::from_waker(Waker::noop()))
         {
             let verdict = config.judge(answer);
-            return config.act(verdict, &mut self.inner, parts, body).into();
+            return config.act(verdict, &mut self.inner, request).into();
         }
         // The store is waiting: the readied service goes into the future
         // (tower's rule: the one poll_ready readied is the one called), a
@@ -353,7 +355,7 @@ where
         let config = Arc::clone(&self.config);
         let rest: BoxedResponse<ResBody, S::Error> = Box::pin(async move {
             let verdict = config.judge(answer.await);
-            let (future, extra) = match config.act(verdict, &mut inner, parts, body) {
+            let (future, extra) = match config.act(verdict, &mut inner, request) {
                 Acted::Called(future, extra) => (future, extra),
                 Acted::Answered(response) => return Ok(response),
             };
