@@ -30,7 +30,7 @@
 //! ```text
 //! HTTP/1.1 429 Too Many Requests
 //! ratelimit-policy: "p0";q=10;w=1, "p1";q=300;w=60
-//! ratelimit: "p0";r=0;t=1
+//! ratelimit: "p0";r=0;t=1, "p1";r=290;t=60
 //! retry-after: 1
 //! content-type: application/problem+json
 //!
@@ -50,9 +50,14 @@
 //! 2. **Cost**: 1, or what the [`cost`](RateLimitBuilder::cost) function
 //!    says (bytes, tokens). A cost above the smallest limit can never pass
 //!    and gets `413 Content Too Large` at once.
-//! 3. **Decision**: one [`Store::acquire`] call decides every rule of the
-//!    layer, all or nothing: a request denied by `10/s` is not counted in
-//!    `300/m` either. The store is any [`Store`]: [`MemoryStore`](crate::MemoryStore)
+//! 3. **Decision**: one store call decides every rule of the layer, all or
+//!    nothing: a request denied by `10/s` is not counted in `300/m` either.
+//!    One rule is one [`Store::acquire`] (or [`Store::acquire_now`], when
+//!    the store can answer without waiting); several are one
+//!    [`Store::acquire_batch`] with a hit per rule on the same key, which
+//!    answers for each rule: the `RateLimit` field gives every policy its
+//!    own `r` and `t`, and `violated-policies` names exactly the ones that
+//!    denied. The store is any [`Store`]: [`MemoryStore`](crate::MemoryStore)
 //!    in process, or a shared one so that several instances share a limit.
 //! 4. **Store failure**: when the store fails, [`OnStoreError`] decides:
 //!    pass (the default: a limiter outage does not become an outage of
@@ -97,6 +102,7 @@ mod body;
 mod builder;
 mod head;
 mod key;
+mod policies;
 mod proxy;
 mod response;
 mod service;
@@ -108,6 +114,7 @@ pub use key::{
     And, ClientIp, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor, KeyWriter, NoKey,
     PathKey, PeerIp, Route,
 };
+pub use policies::{PolicyDecision, PolicyDecisions};
 pub use proxy::{InvalidProxyRange, ProxyHeader, TrustedProxies};
 pub use response::{DEGRADED, QUOTA_EXCEEDED, Rejection, TEMPORARY_REDUCED_CAPACITY};
 pub use service::{RateLimit, ResponseFuture};
@@ -234,12 +241,12 @@ impl<St, K> RateLimitLayer<St, K> {
 
     /// The rules, in order.
     pub fn rules(&self) -> &[Rule] {
-        &self.config.rules
+        self.config.policies.rules()
     }
 
     /// The policy names, in the order of the rules.
     pub fn policy_names(&self) -> impl Iterator<Item = &str> {
-        self.config.names.iter().map(|name| &**name)
+        self.config.policies.names().iter().map(|name| &**name)
     }
 
     /// The store.

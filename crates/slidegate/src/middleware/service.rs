@@ -20,20 +20,20 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response};
+use http::{HeaderValue, Request, Response, StatusCode};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use super::body::ResponseBody;
 use super::head::RequestHead;
 use super::key::{KeyExtractor, KeyWriter, NoKey};
+use super::policies::PolicySet;
 use super::response::{self, DEGRADED, Rejection};
 use super::{MissingKey, OnStoreError};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::headers;
-use crate::rate::Rule;
-use crate::store::{MAX_KEY_LEN, Store};
+use crate::store::{Hit, MAX_KEY_LEN, Store};
 
 pub(crate) type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
 pub(crate) type RejectionHook =
@@ -43,10 +43,7 @@ pub(crate) type RejectionHook =
 pub(crate) struct Config<St, K> {
     pub store: St,
     pub key: K,
-    pub rules: Box<[Rule]>,
-    pub names: Box<[Box<str>]>,
-    pub min_limit: u64,
-    pub policy_header: HeaderValue,
+    pub policies: PolicySet,
     pub cost: Option<Box<CostFn>>,
     pub missing_key: MissingKey,
     pub on_store_error: OnStoreError,
@@ -60,8 +57,7 @@ impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
         f.debug_struct("Config")
             .field("store", &self.store)
             .field("key", &self.key)
-            .field("rules", &self.rules)
-            .field("names", &self.names)
+            .field("policies", &self.policies)
             .field("missing_key", &self.missing_key)
             .field("on_store_error", &self.on_store_error)
             .field("headers_on_success", &self.headers_on_success)
@@ -70,22 +66,75 @@ impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
     }
 }
 
+/// The store's answer: one decision per rule, in the order of the rules.
+enum Decisions {
+    /// A layer with one rule.
+    One(Decision),
+    /// A layer with several: one hit per rule in a batch.
+    Each(Vec<Decision>),
+}
+
+impl Decisions {
+    fn as_slice(&self) -> &[Decision] {
+        match self {
+            Decisions::One(decision) => std::slice::from_ref(decision),
+            Decisions::Each(decisions) => decisions,
+        }
+    }
+}
+
+/// The denying decision that makes the client wait longest (the first of
+/// equals), if any denied.
+fn longest_wait(decisions: &[Decision]) -> Option<usize> {
+    let mut longest: Option<usize> = None;
+    for (i, decision) in decisions.iter().enumerate() {
+        let longer = |l: usize| decision.retry_after() > decisions[l].retry_after();
+        if !decision.allowed() && longest.is_none_or(longer) {
+            longest = Some(i);
+        }
+    }
+    longest
+}
+
+/// Rules up to this many are put in a batch without allocating.
+const INLINE_RULES: usize = 4;
+
 /// What a request needs before the store is asked.
-enum Prepared<'a> {
+enum Prepared {
     /// Ask the store for `cost` units of `key`.
     Ask { key: String, cost: u64 },
     /// Decided without the store.
-    Decided(Verdict<'a>),
+    Decided(Verdict),
 }
 
 /// The outcome of the checks made before the inner service is called.
-enum Verdict<'a> {
+enum Verdict {
     /// Call the inner service, then add these headers.
     Pass(Extra),
-    /// Answer with this rejection.
-    Reject(Rejection<'a>),
-    /// The store failed and the policy denies.
-    StoreDenied { error: Error, retry_after: Duration },
+    /// Answer without calling it.
+    Refuse(Refusal),
+}
+
+/// Why a request is answered by the layer: what a [`Rejection`] borrows.
+enum Refusal {
+    /// Denied: `deciding` indexes the denying decision that makes the
+    /// client wait longest.
+    Limited {
+        decisions: Decisions,
+        deciding: usize,
+    },
+    CostTooHigh {
+        cost: u64,
+        limit: u64,
+    },
+    MissingKey {
+        reason: NoKey,
+        status: StatusCode,
+    },
+    StoreFailed {
+        error: Error,
+        retry_after: Duration,
+    },
 }
 
 /// The headers added to a passed request's response.
@@ -135,14 +184,14 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     }
 
     /// Key and cost, or a verdict that needs no store.
-    fn prepare(&self, request: &RequestHead<'_>) -> Prepared<'_> {
+    fn prepare(&self, request: &RequestHead<'_>) -> Prepared {
         let key = match self.key(request) {
             Ok(key) => key,
             Err(reason) => match self.missing_key {
                 MissingKey::Allow => return Prepared::Decided(Verdict::Pass(Extra::default())),
                 MissingKey::Shared => self.shared_key(),
                 MissingKey::Reject(status) => {
-                    return Prepared::Decided(Verdict::Reject(Rejection::MissingKey {
+                    return Prepared::Decided(Verdict::Refuse(Refusal::MissingKey {
                         reason,
                         status,
                     }));
@@ -150,89 +199,146 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
             },
         };
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        if cost > self.min_limit {
-            return Prepared::Decided(Verdict::Reject(Rejection::CostTooHigh {
-                cost,
-                limit: self.min_limit,
-            }));
+        let limit = self.policies.min_limit();
+        if cost > limit {
+            return Prepared::Decided(Verdict::Refuse(Refusal::CostTooHigh { cost, limit }));
         }
         Prepared::Ask { key, cost }
     }
 
+    /// The decision, when the store can take it without waiting
+    /// ([`Store::acquire_now`]: the memory store, a cached denial): the
+    /// layer then answers without creating a future. Only for one rule:
+    /// several are decided as a batch, to know each one's decision.
+    fn decide_now(&self, key: &str, cost: u64) -> Option<Result<Decisions>> {
+        let rules = self.policies.rules();
+        if rules.len() > 1 {
+            return None;
+        }
+        let answer = self.store.acquire_now(key, rules, cost)?;
+        Some(answer.map(Decisions::One))
+    }
+
+    /// Asks the store: `acquire` for one rule; for several, a batch of one
+    /// hit per rule on the same key, which is decided all or nothing just
+    /// as `acquire` is, and answers for each rule.
+    async fn ask(&self, key: &str, cost: u64) -> Result<Decisions> {
+        let rules = self.policies.rules();
+        let [first, ..] = rules else {
+            return Err(Error::NoRules);
+        };
+        if rules.len() == 1 {
+            return self
+                .store
+                .acquire(key, rules, cost)
+                .await
+                .map(Decisions::One);
+        }
+        let mut inline = [Hit::new(key, *first, cost); INLINE_RULES];
+        let spilled: Vec<Hit<'_>>;
+        let hits: &[Hit<'_>] = if rules.len() <= INLINE_RULES {
+            for (hit, &rule) in inline.iter_mut().zip(rules) {
+                hit.rule = rule;
+            }
+            &inline[..rules.len()]
+        } else {
+            spilled = rules
+                .iter()
+                .map(|&rule| Hit::new(key, rule, cost))
+                .collect();
+            &spilled
+        };
+        self.store.acquire_batch(hits).await.map(Decisions::Each)
+    }
+
     /// The verdict on the store's answer.
-    fn judge(&self, answer: Result<Decision>) -> Verdict<'_> {
+    fn judge(&self, answer: Result<Decisions>) -> Verdict {
         match answer {
-            Ok(decision) if decision.allowed() => {
-                let ratelimit = self
-                    .headers_on_success
-                    .then(|| {
-                        let name = &self.names[self.deciding_rule(&decision)];
-                        let state = HeaderValue::try_from(headers::ratelimit(name, &decision));
-                        Some((self.policy_header.clone(), state.ok()?))
-                    })
-                    .flatten();
+            Ok(decisions) if decisions.as_slice().len() != self.policies.len() => self
+                .store_failed(Error::Store(format!(
+                    "the store answered {} decisions for {} rules",
+                    decisions.as_slice().len(),
+                    self.policies.len()
+                ))),
+            Ok(decisions) => {
+                let all = decisions.as_slice();
+                if let Some(deciding) = longest_wait(all) {
+                    return Verdict::Refuse(Refusal::Limited {
+                        decisions,
+                        deciding,
+                    });
+                }
+                let ratelimit = self.headers_on_success.then(|| {
+                    let policy = self.policies.policy_header().clone();
+                    (policy, self.policies.ratelimit(all))
+                });
                 Verdict::Pass(Extra {
                     ratelimit,
-                    degraded: decision.degraded(),
-                })
-            }
-            Ok(decision) => {
-                let index = self.deciding_rule(&decision);
-                Verdict::Reject(Rejection::RateLimited {
-                    decision,
-                    policy: &self.names[index],
-                    rule: self.rules[index],
+                    degraded: all.iter().any(Decision::degraded),
                 })
             }
             Err(Error::CostExceedsLimit { cost, limit }) => {
-                Verdict::Reject(Rejection::CostTooHigh { cost, limit })
+                Verdict::Refuse(Refusal::CostTooHigh { cost, limit })
             }
-            // Other errors (the store failed, or refused what it was given)
-            // leave the request undecided: the failure policy applies.
-            Err(error) => match self.on_store_error {
-                OnStoreError::Allow => Verdict::Pass(Extra {
-                    ratelimit: None,
-                    degraded: true,
-                }),
-                OnStoreError::Deny { retry_after } => Verdict::StoreDenied { error, retry_after },
+            Err(error) => self.store_failed(error),
+        }
+    }
+
+    /// The verdict when the store failed, or refused what it was given:
+    /// the request is undecided, and the failure policy applies.
+    fn store_failed(&self, error: Error) -> Verdict {
+        match self.on_store_error {
+            OnStoreError::Allow => Verdict::Pass(Extra {
+                ratelimit: None,
+                degraded: true,
+            }),
+            OnStoreError::Deny { retry_after } => {
+                Verdict::Refuse(Refusal::StoreFailed { error, retry_after })
+            }
+        }
+    }
+
+    /// What the rejection hook and the default response see of a refusal.
+    fn rejection<'a>(&'a self, refusal: &'a Refusal) -> Rejection<'a> {
+        match refusal {
+            Refusal::Limited {
+                decisions,
+                deciding,
+            } => self.rate_limited(decisions.as_slice(), *deciding),
+            &Refusal::CostTooHigh { cost, limit } => Rejection::CostTooHigh { cost, limit },
+            &Refusal::MissingKey { reason, status } => Rejection::MissingKey { reason, status },
+            Refusal::StoreFailed { error, retry_after } => Rejection::StoreFailure {
+                error,
+                retry_after: *retry_after,
             },
         }
     }
 
-    /// The rule a combined decision reports on. The store says only its
-    /// limit, so rules sharing a limit are told apart by window: a denial
-    /// never asks to wait longer than its rule's window.
-    fn deciding_rule(&self, decision: &Decision) -> usize {
-        let same_limit = || {
-            self.rules
-                .iter()
-                .enumerate()
-                .filter(|(_, rule)| rule.limit() == decision.limit())
-        };
-        let first = same_limit().next().map_or(0, |(index, _)| index);
-        if decision.allowed() {
-            return first;
+    /// A denial: every policy's decision, and the one `Retry-After` follows.
+    fn rate_limited<'a>(&'a self, decisions: &'a [Decision], deciding: usize) -> Rejection<'a> {
+        let policies = self.policies.decisions(decisions);
+        let mut decision = decisions[deciding];
+        if decisions.iter().any(Decision::degraded) {
+            decision = decision.into_degraded();
         }
-        let wait = decision.retry_after().as_micros();
-        same_limit()
-            .filter(|(_, rule)| u128::from(rule.window_micros()) + 1 >= wait)
-            .min_by_key(|(_, rule)| rule.window_micros())
-            .map_or(first, |(index, _)| index)
+        Rejection::RateLimited {
+            decision,
+            policy: &self.policies.names()[deciding],
+            rule: self.policies.rules()[deciding],
+            policies,
+        }
     }
 
-    /// The response to a rejection: the default one, through the hook.
-    fn reject<B>(
-        &self,
-        rejection: &Rejection<'_>,
-        request: &RequestHead<'_>,
-    ) -> Response<ResponseBody<B>> {
+    /// The response to a refusal: the default one, through the hook.
+    fn reject<B>(&self, refusal: &Refusal, request: &RequestHead<'_>) -> Response<ResponseBody<B>> {
+        let rejection = self.rejection(refusal);
         let cx = response::Context {
             grpc: response::grpc_content_type(request),
-            policy_header: &self.policy_header,
+            policy_header: self.policies.policy_header(),
         };
-        let default = response::default_response(rejection, &cx);
+        let default = response::default_response(&rejection, &cx);
         let response = match &self.on_rejection {
-            Some(hook) => hook(rejection, request, default),
+            Some(hook) => hook(&rejection, request, default),
             None => default,
         };
         response.map(ResponseBody::rejection)
@@ -241,7 +347,7 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     /// Acts on a verdict: calls `inner` with the request, or answers.
     fn act<S, ReqBody, ResBody>(
         &self,
-        verdict: Verdict<'_>,
+        verdict: Verdict,
         inner: &mut S,
         request: Request<ReqBody>,
     ) -> Acted<S::Future, ResBody>
@@ -250,15 +356,8 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     {
         match verdict {
             Verdict::Pass(extra) => Acted::Called(inner.call(request), extra),
-            Verdict::Reject(rejection) => {
-                Acted::Answered(self.reject(&rejection, &RequestHead::from(&request)))
-            }
-            Verdict::StoreDenied { error, retry_after } => {
-                let rejection = Rejection::StoreFailure {
-                    error: &error,
-                    retry_after,
-                };
-                Acted::Answered(self.reject(&rejection, &RequestHead::from(&request)))
+            Verdict::Refuse(refusal) => {
+                Acted::Answered(self.reject(&refusal, &RequestHead::from(&request)))
             }
         }
     }
@@ -332,13 +431,12 @@ where
                 return config.act(verdict, &mut self.inner, request).into();
             }
         };
-        if let Some(answer) = decide_in_process(&config.store, &key, &config.rules, cost) {
+        if let Some(answer) = config.decide_now(&key, cost) {
             let verdict = config.judge(answer);
             return config.act(verdict, &mut self.inner, request).into();
         }
         let shared = Arc::clone(&self.config);
-        let mut answer =
-            Box::pin(async move { shared.store.acquire(&key, &shared.rules, cost).await });
+        let mut answer = Box::pin(async move { shared.ask(&key, cost).await });
         // A store that can answer at once does so on the first poll.
         if let Poll::Ready(answer) = answer
             .as_mut()
@@ -367,18 +465,6 @@ where
             kind: Kind::Waiting { future: rest },
         }
     }
-}
-
-/// The decision, when the store can take it without waiting
-/// ([`Store::acquire_now`]: the memory store, a cached denial): the layer
-/// then answers without creating a future.
-fn decide_in_process<St: Store + 'static>(
-    store: &St,
-    key: &str,
-    rules: &[Rule],
-    cost: u64,
-) -> Option<Result<Decision>> {
-    store.acquire_now(key, rules, cost)
 }
 
 pin_project! {
