@@ -100,6 +100,7 @@ use crate::store::Store;
 
 mod body;
 mod builder;
+mod decide;
 mod head;
 mod key;
 mod policies;
@@ -107,7 +108,7 @@ mod proxy;
 mod response;
 mod service;
 
-pub use body::ResponseBody;
+pub use body::{RejectionBody, ResponseBody};
 pub use builder::RateLimitBuilder;
 pub use head::RequestHead;
 pub use key::{
@@ -119,7 +120,7 @@ pub use proxy::{InvalidProxyRange, ProxyHeader, TrustedProxies};
 pub use response::{DEGRADED, QUOTA_EXCEEDED, Rejection, TEMPORARY_REDUCED_CAPACITY};
 pub use service::{RateLimit, ResponseFuture};
 
-use service::Config;
+use decide::Config;
 
 /// What happens to a request from which no key can be extracted (no peer
 /// address, no authenticated user, no API key header).

@@ -5,9 +5,9 @@ use std::fmt;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 
+use super::decide::{Config, CostFn, RejectionHook};
 use super::head::RequestHead;
 use super::policies::PolicySet;
-use super::service::{Config, CostFn, RejectionHook};
 use super::{BuildError, IntoRule, MissingKey, OnStoreError, RateLimitLayer, Rejection};
 use crate::error::Error;
 use crate::headers;
