@@ -103,6 +103,40 @@ async fn each_user_on_each_route_has_its_own_bucket() {
 }
 
 #[tokio::test]
+async fn stacked_layers_each_count_their_own_key() {
+    let (outer, inner) = (Recording::default(), Recording::default());
+    let app = Router::new()
+        .route("/a/{id}", get(ok))
+        .route_layer(
+            RateLimitLayer::builder(inner.clone(), Key::route())
+                .prefix("inner")
+                .rule("10/m")
+                .build()
+                .expect("layer"),
+        )
+        .route_layer(
+            RateLimitLayer::builder(outer.clone(), Key::peer_ip())
+                .prefix("outer")
+                .rule("10/m")
+                .build()
+                .expect("layer"),
+        );
+    let addr = support::serve(app).await;
+    for id in ["1", "2"] {
+        let path = format!("/a/{id}");
+        assert_eq!(
+            send(addr, empty(get_req(&path))).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(outer.keys(), ["outer|ip=127.0.0.1", "outer|ip=127.0.0.1"]);
+    assert_eq!(
+        inner.keys(),
+        ["inner|route=GET /a/%7Bid%7D", "inner|route=GET /a/%7Bid%7D"]
+    );
+}
+
+#[tokio::test]
 async fn route_layer_limits_only_its_route() {
     let layer = RateLimitLayer::builder(MemoryStore::new(), Key::route())
         .rule("1/m")

@@ -175,4 +175,14 @@ impl Store for Recording {
     async fn ready(&self) -> slidegate::Result<()> {
         Ok(())
     }
+
+    fn acquire_now(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+    ) -> Option<slidegate::Result<Decision>> {
+        self.keys.lock().expect("lock").push(key.to_owned());
+        self.store.acquire_now(key, rules, cost)
+    }
 }
