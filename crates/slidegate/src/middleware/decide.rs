@@ -237,6 +237,16 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
 
     /// The verdict on the store's answer.
     pub(crate) fn judge(&self, answer: Result<Decisions>) -> Verdict {
+        // The common case, kept short: one rule, allowed, no headers.
+        if let Ok(Decisions::One(decision)) = &answer
+            && decision.allowed()
+            && !self.headers_on_success
+        {
+            return Verdict::Pass(Extra {
+                ratelimit: None,
+                degraded: decision.degraded(),
+            });
+        }
         match answer {
             Ok(decisions) if decisions.as_slice().len() != self.policies.len() => self
                 .store_failed(Error::Store(format!(

@@ -233,11 +233,17 @@ fn push_percent(out: &mut String, byte: u8) {
     let _ = write!(out, "%{byte:02X}");
 }
 
+#[inline]
 fn escape_into(out: &mut String, text: &str) {
-    if !text.bytes().any(needs_escape) {
+    if text.bytes().any(needs_escape) {
+        escape_each(out, text);
+    } else {
         out.push_str(text);
-        return;
     }
+}
+
+#[cold]
+fn escape_each(out: &mut String, text: &str) {
     for c in text.chars() {
         match u8::try_from(c) {
             Ok(byte) if needs_escape(byte) => push_percent(out, byte),
