@@ -4,12 +4,21 @@
 //! keyed by the peer address, on 1 and 10,000 keys. Limits are high enough
 //! that every request passes: this measures the admission path.
 //!
-//! Two reference points: `noop_layer`, a layer that does nothing (what any
-//! layer costs in axum), and `slidegate_gcra`, the same layer with the
-//! GCRA algorithm instead of the exact sliding log (what keeping every
-//! admission of the window costs).
+//! Reference points: `noop_layer`, a layer that does nothing (what any
+//! layer costs in axum); `slidegate_gcra`, the same layer with the GCRA
+//! algorithm instead of the exact sliding log (what keeping every
+//! admission of the window costs); `slidegate_2_rules`, two rules decided
+//! together (one batch, a decision per rule).
 //!
 //! `cargo bench -p slidegate --bench middleware --features tower`
+//!
+//! On a machine shared with other work, where consecutive benchmarks see
+//! different loads, `MIDDLEWARE_ROUNDS=15` instead runs every variant in
+//! turn, round after round, and prints each one's median time per request
+//! (the variants then share whatever load there is).
+//!
+//! What users see is over HTTP: `examples/bench_server.rs` serves the same
+//! handler for a load generator (`wrk`).
 
 use std::hint::black_box;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -19,7 +28,7 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput};
 use http::Request;
 use slidegate::middleware::{Key, RateLimitLayer};
 use slidegate::{Algorithm, MemoryStore, Rule};
@@ -33,13 +42,13 @@ fn app() -> Router {
     Router::new().route("/", get(|| async { "ok" }))
 }
 
-fn slidegate_app(algorithm: Algorithm) -> Router {
-    let rule = Rule::parse("1000000000/1s").expect("valid rule");
-    let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
-        .rule(rule.with_algorithm(algorithm))
-        .build()
-        .expect("valid layer");
-    app().layer(layer)
+fn slidegate_app(algorithm: Algorithm, rules: &[&str]) -> Router {
+    let mut builder = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip());
+    for rule in rules {
+        let rule = Rule::parse(rule).expect("valid rule");
+        builder = builder.rule(rule.with_algorithm(algorithm));
+    }
+    app().layer(builder.build().expect("valid layer"))
 }
 
 fn noop_app() -> Router {
@@ -53,6 +62,37 @@ fn governor_app() -> Router {
         .finish()
         .expect("valid config");
     app().layer(GovernorLayer::new(config))
+}
+
+/// Every variant: its name (as criterion shows it), the app, the number of
+/// peer addresses the requests come from.
+fn variants() -> Vec<(String, Router, u32)> {
+    const RULE: &str = "1000000000/1s";
+    let mut variants = vec![
+        ("no_layer".into(), app(), 1),
+        ("noop_layer".into(), noop_app(), 1),
+    ];
+    for keys in KEY_COUNTS {
+        variants.extend([
+            (
+                format!("slidegate/{keys}"),
+                slidegate_app(Algorithm::SlidingLog, &[RULE]),
+                keys,
+            ),
+            (
+                format!("slidegate_gcra/{keys}"),
+                slidegate_app(Algorithm::Gcra, &[RULE]),
+                keys,
+            ),
+            (
+                format!("slidegate_2_rules/{keys}"),
+                slidegate_app(Algorithm::SlidingLog, &[RULE, "1000000000/2s"]),
+                keys,
+            ),
+            (format!("tower_governor/{keys}"), governor_app(), keys),
+        ]);
+    }
+    variants
 }
 
 fn request(peer: u32) -> Request<Body> {
@@ -77,37 +117,68 @@ fn run(runtime: &tokio::runtime::Runtime, app: &Router, keys: u32, iters: u64) -
     })
 }
 
-fn bench(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .expect("runtime");
+        .expect("runtime")
+}
+
+fn criterion_group(c: &mut Criterion) {
+    let runtime = runtime();
     let mut group = c.benchmark_group("middleware");
     group.throughput(Throughput::Elements(1));
-    let plain = app();
-    group.bench_function("no_layer", |b| {
-        b.iter_custom(|iters| run(&runtime, &plain, 1, iters))
-    });
-    let noop = noop_app();
-    group.bench_function("noop_layer", |b| {
-        b.iter_custom(|iters| run(&runtime, &noop, 1, iters))
-    });
-    for keys in KEY_COUNTS {
-        let slidegate = slidegate_app(Algorithm::SlidingLog);
-        group.bench_function(BenchmarkId::new("slidegate", keys), |b| {
-            b.iter_custom(|iters| run(&runtime, &slidegate, keys, iters))
-        });
-        let gcra = slidegate_app(Algorithm::Gcra);
-        group.bench_function(BenchmarkId::new("slidegate_gcra", keys), |b| {
-            b.iter_custom(|iters| run(&runtime, &gcra, keys, iters))
-        });
-        let governor = governor_app();
-        group.bench_function(BenchmarkId::new("tower_governor", keys), |b| {
-            b.iter_custom(|iters| run(&runtime, &governor, keys, iters))
+    for (id, app, keys) in variants() {
+        group.bench_function(id, |b| {
+            b.iter_custom(|iters| run(&runtime, &app, keys, iters))
         });
     }
     group.finish();
 }
 
-criterion_group!(benches, bench);
-criterion_main!(benches);
+/// Every variant in turn, `rounds` times 20,000 requests; the median time
+/// per request of each.
+fn interleaved(rounds: usize) {
+    const ITERS: u64 = 20_000;
+    let runtime = runtime();
+    let variants = variants();
+    let mut samples = vec![Vec::with_capacity(rounds); variants.len()];
+    for (_, app, keys) in &variants {
+        run(&runtime, app, *keys, ITERS);
+    }
+    for _ in 0..rounds {
+        for ((_, app, keys), samples) in variants.iter().zip(&mut samples) {
+            let elapsed = run(&runtime, app, *keys, ITERS);
+            samples.push(elapsed.as_nanos() as f64 / ITERS as f64);
+        }
+    }
+    let median = |samples: &mut Vec<f64>| {
+        samples.sort_by(f64::total_cmp);
+        samples[samples.len() / 2]
+    };
+    let no_layer = median(&mut samples[0]);
+    println!("middleware, {rounds} interleaved rounds of {ITERS} requests: median ns per request");
+    for ((id, _, _), samples) in variants.iter().zip(&mut samples) {
+        let ns = median(samples);
+        let loss = (1.0 - no_layer / ns) * 100.0;
+        println!(
+            "{:32} {ns:7.0} ns  {:6.0} k req/s  throughput loss {loss:5.1}%",
+            id,
+            1e6 / ns
+        );
+    }
+}
+
+fn main() {
+    match std::env::var("MIDDLEWARE_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+    {
+        Some(rounds) => interleaved(rounds),
+        None => {
+            let mut criterion = Criterion::default().configure_from_args();
+            criterion_group(&mut criterion);
+            criterion.final_summary();
+        }
+    }
+}

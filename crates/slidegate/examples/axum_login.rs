@@ -15,7 +15,8 @@
 //! ```
 //!
 //! To share the limits between several instances, pass a Redis store to
-//! [`app`] instead of the memory store: nothing else changes.
+//! [`app`] instead of the memory store: nothing else changes
+//! (`axum_redis.rs` does just that).
 
 use std::error::Error;
 use std::fmt;

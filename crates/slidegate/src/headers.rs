@@ -8,12 +8,12 @@
 //! - `RateLimit-Policy: "p0";q=10;w=1, "p1";q=300;w=60`: every policy's
 //!   quota `q` and window `w` in whole seconds, rounded up (a 250 ms window
 //!   is `w=1`). It does not change from one response to the next.
-//! - `RateLimit: "p0";r=9;t=1`: the policy that decided this request, what
-//!   remains `r`, and `t`, the seconds until more quota is available:
-//!   `retry_after` rounded up when denied, `reset_after` rounded up when
-//!   allowed.
+//! - `RateLimit: "p0";r=9;t=1, "p1";r=299;t=60`: each policy's own state
+//!   for this request: what remains `r`, and `t`, the seconds until more
+//!   quota is available: `retry_after` rounded up when the policy denied,
+//!   `reset_after` rounded up when it allowed.
 //! - `Retry-After` (RFC 9110), on denials: whole seconds rounded up, never
-//!   earlier than `t`.
+//!   earlier than the `t` of any policy that denied.
 //!
 //! Functions here are pure: they know nothing about requests, so the
 //! middleware and the server share them.
@@ -33,6 +33,11 @@
 //! let denied = Decision::from_parts(false, 300, 0, 41_200_000, 59_000_000);
 //! assert_eq!(headers::ratelimit("p1", &denied), r#""p1";r=0;t=42"#);
 //! assert_eq!(headers::retry_after(&denied), 42);
+//!
+//! // Both policies, each with its own decision.
+//! let room = Decision::from_parts(true, 10, 10, 0, 0);
+//! let both = headers::ratelimit_list([("p0", &room), ("p1", &denied)]);
+//! assert_eq!(both, r#""p0";r=10;t=0, "p1";r=0;t=42"#);
 //! # Ok::<(), slidegate::Error>(())
 //! ```
 
@@ -44,7 +49,7 @@ use crate::rate::Rule;
 /// `RateLimit-Policy`: the quota policies that apply to a request.
 pub const RATELIMIT_POLICY: http::HeaderName = http::HeaderName::from_static("ratelimit-policy");
 
-/// `RateLimit`: the current state of the policy that decided a request.
+/// `RateLimit`: the current state of the policies that decided a request.
 pub const RATELIMIT: http::HeaderName = http::HeaderName::from_static("ratelimit");
 
 /// The policy name used when a limiter has a single rule.
@@ -132,15 +137,55 @@ pub fn ratelimit_policy<'a>(policies: impl IntoIterator<Item = (&'a str, Rule)>)
 /// The `RateLimit` field value for the policy `name` that decided
 /// `decision`: `"p0";r=9;t=1`.
 pub fn ratelimit(name: &str, decision: &Decision) -> String {
-    let mut out = String::with_capacity(name.len() + 24);
-    push_sf_string(&mut out, name);
-    let _ = write!(
-        out,
-        ";r={};t={}",
-        decision.remaining(),
-        reset_secs(decision)
-    );
+    ratelimit_list([(name, decision)])
+}
+
+/// The `RateLimit` field value for several policies, each with its own
+/// decision, in order: `"p0";r=1;t=1, "p1";r=2;t=60`.
+pub fn ratelimit_list<'a>(policies: impl IntoIterator<Item = (&'a str, &'a Decision)>) -> String {
+    let mut out = String::new();
+    for (i, (name, decision)) in policies.into_iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_sf_string(&mut out, name);
+        out.push_str(";r=");
+        push_state(&mut out, decision);
+    }
     out
+}
+
+/// The `"name";r=` that starts a policy's item in the `RateLimit` field,
+/// so a caller that sends the field often can prepare it once.
+pub(crate) fn ratelimit_item_start(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 5);
+    push_sf_string(&mut out, name);
+    out.push_str(";r=");
+    out
+}
+
+/// Appends what follows `;r=` in a policy's item: `9;t=1`.
+pub(crate) fn push_state(out: &mut String, decision: &Decision) {
+    push_u64(out, decision.remaining());
+    out.push_str(";t=");
+    push_u64(out, reset_secs(decision));
+}
+
+/// Appends `value` in decimal: `write!` costs more than the whole item.
+fn push_u64(out: &mut String, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    for &digit in &digits[start..] {
+        out.push(char::from(digit));
+    }
 }
 
 /// Appends `value` as an sf-string: quoted, with `"` and `\` escaped.
@@ -199,6 +244,20 @@ mod tests {
         let denied = Decision::from_parts(false, 10, 0, 1, 9_000_000);
         assert_eq!(reset_secs(&denied), 1);
         assert_eq!(retry_after(&denied), 1);
+    }
+
+    #[test]
+    fn every_policy_gets_its_own_item() {
+        let a = Decision::from_parts(true, 10, 0, 0, 999_999);
+        let b = Decision::from_parts(false, 3, 0, 58_000_000, 60_000_000);
+        let c = Decision::from_parts(true, u64::MAX, u64::MAX - 1, 0, 0);
+        assert_eq!(
+            ratelimit_list([("a", &a), ("b", &b), ("c", &c)]),
+            r#""a";r=0;t=1, "b";r=0;t=58, "c";r=18446744073709551614;t=0"#
+        );
+        let mut out = ratelimit_item_start("b");
+        push_state(&mut out, &b);
+        assert_eq!(out, ratelimit("b", &b));
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! ```text
 //! HTTP/1.1 429 Too Many Requests
 //! ratelimit-policy: "p0";q=10;w=1, "p1";q=300;w=60
-//! ratelimit: "p0";r=0;t=1
+//! ratelimit: "p0";r=0;t=1, "p1";r=290;t=60
 //! retry-after: 1
 //! content-type: application/problem+json
 //!
@@ -50,9 +50,14 @@
 //! 2. **Cost**: 1, or what the [`cost`](RateLimitBuilder::cost) function
 //!    says (bytes, tokens). A cost above the smallest limit can never pass
 //!    and gets `413 Content Too Large` at once.
-//! 3. **Decision**: one [`Store::acquire`] call decides every rule of the
-//!    layer, all or nothing: a request denied by `10/s` is not counted in
-//!    `300/m` either. The store is any [`Store`]: [`MemoryStore`](crate::MemoryStore)
+//! 3. **Decision**: one store call decides every rule of the layer, all or
+//!    nothing: a request denied by `10/s` is not counted in `300/m` either.
+//!    One rule is one [`Store::acquire`] (or [`Store::acquire_now`], when
+//!    the store can answer without waiting); several are one
+//!    [`Store::acquire_batch`] with a hit per rule on the same key, which
+//!    answers for each rule: the `RateLimit` field gives every policy its
+//!    own `r` and `t`, and `violated-policies` names exactly the ones that
+//!    denied. The store is any [`Store`]: [`MemoryStore`](crate::MemoryStore)
 //!    in process, or a shared one so that several instances share a limit.
 //! 4. **Store failure**: when the store fails, [`OnStoreError`] decides:
 //!    pass (the default: a limiter outage does not become an outage of
@@ -61,7 +66,19 @@
 //! 5. **Response**: allowed requests go to the inner service; with
 //!    [`headers_on_success`](RateLimitBuilder::headers_on_success) they
 //!    get the `RateLimit` fields too. Rejections can be rewritten with
-//!    [`on_rejection`](RateLimitBuilder::on_rejection).
+//!    [`on_rejection`](RateLimitBuilder::on_rejection). Responses keep the
+//!    inner service's body type (see [`RejectionBody`]).
+//!
+//! # Cost
+//!
+//! With one rule and a store that answers at once (the memory store), an
+//! admitted request costs the layer no allocation and no boxed future: the
+//! request is read in place ([`RequestHead`]), the key is written into a
+//! buffer each thread reuses, the store decides synchronously
+//! ([`Store::acquire_now`]) and the inner service's future and response
+//! pass through unwrapped. With `headers_on_success`, one string per
+//! response holds the `RateLimit` value. Several rules, or a store that
+//! waits (Redis), cost a boxed future and a copy of the key.
 //!
 //! # gRPC
 //!
@@ -95,22 +112,27 @@ use crate::store::Store;
 
 mod body;
 mod builder;
+mod decide;
+mod head;
 mod key;
+mod policies;
 mod proxy;
 mod response;
 mod service;
 
-pub use body::ResponseBody;
+pub use body::{RejectionBody, ResponseBody};
 pub use builder::RateLimitBuilder;
+pub use head::RequestHead;
 pub use key::{
     And, ClientIp, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor, KeyWriter, NoKey,
     PathKey, PeerIp, Route,
 };
+pub use policies::{PolicyDecision, PolicyDecisions};
 pub use proxy::{InvalidProxyRange, ProxyHeader, TrustedProxies};
 pub use response::{DEGRADED, QUOTA_EXCEEDED, Rejection, TEMPORARY_REDUCED_CAPACITY};
 pub use service::{RateLimit, ResponseFuture};
 
-use service::Config;
+use decide::Config;
 
 /// What happens to a request from which no key can be extracted (no peer
 /// address, no authenticated user, no API key header).
@@ -232,12 +254,12 @@ impl<St, K> RateLimitLayer<St, K> {
 
     /// The rules, in order.
     pub fn rules(&self) -> &[Rule] {
-        &self.config.rules
+        self.config.policies.rules()
     }
 
     /// The policy names, in the order of the rules.
     pub fn policy_names(&self) -> impl Iterator<Item = &str> {
-        self.config.names.iter().map(|name| &**name)
+        self.config.policies.names().iter().map(|name| &**name)
     }
 
     /// The store.

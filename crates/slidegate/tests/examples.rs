@@ -1,23 +1,32 @@
 //! The examples, run as they are: each file is compiled into this test
-//! with `#[path]`, and its `app` or `serve` is served on loopback.
+//! with `#[path]`, and its `app` or `serve` is served on loopback. The
+//! Redis example runs against a real `redis-server` (started here; the
+//! tests fail, saying how to install it, when there is none).
 
+mod common;
 mod support;
-
-#[path = "../examples/axum_login.rs"]
-#[allow(dead_code)] // the example's `main`
-mod axum_login;
 
 #[path = "../examples/tonic_service.rs"]
 #[allow(dead_code)]
 mod tonic_service;
 
-use std::net::IpAddr;
-use std::time::Duration;
+#[path = "../examples/axum_redis.rs"]
+#[allow(dead_code)]
+mod axum_redis;
+
+// The Redis example includes the login example: one copy of it.
+use axum_redis::axum_login;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::redis_server::RedisServer;
 use http::StatusCode;
 use http_body_util::Full;
-use support::{manual_store, post, send_from};
+use slidegate::{RedisStore, Rule};
+use support::{Connection, Reply, manual_store, post, send, send_from};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -162,4 +171,195 @@ async fn tonic_service_answers_resource_exhausted_with_the_wait() {
 
     clock.advance(Duration::from_millis(701));
     client.check(check(Some("k1"))).await.expect("k1 again");
+}
+
+/// Serves one instance of the Redis example on loopback.
+async fn redis_instance(server: &RedisServer) -> SocketAddr {
+    let app = axum_redis::instance(&server.url())
+        .await
+        .expect("the instance connects to Redis");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(axum_redis::serve(listener, app));
+    addr
+}
+
+/// Admitted (the handler answered) or refused by a limit; anything else,
+/// or a decision the store could not make, fails the test.
+fn admitted(reply: &Reply) -> bool {
+    assert_eq!(
+        reply.header("slidegate-degraded"),
+        None,
+        "a decision was not made by Redis (timed out?): the count would not be exact"
+    );
+    match reply.status {
+        StatusCode::UNAUTHORIZED => true,
+        StatusCode::TOO_MANY_REQUESTS => false,
+        other => panic!("unexpected {other}: {}", reply.body),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_redis_instances_share_each_accounts_five_attempts() {
+    let server = RedisServer::start();
+    let instances = [redis_instance(&server).await, redis_instance(&server).await];
+    let attempts: Vec<_> = (0..40)
+        .map(|i| {
+            let addr = instances[i % 2];
+            tokio::spawn(async move { (i % 2, send(addr, login("alice", "guess")).await) })
+        })
+        .collect();
+    let mut admitted_by = [0; 2];
+    let mut refused_by = [0; 2];
+    for attempt in attempts {
+        let (instance, reply) = attempt.await.expect("an attempt ran");
+        if admitted(&reply) {
+            admitted_by[instance] += 1;
+        } else {
+            assert_eq!(
+                reply.json()["violated-policies"],
+                serde_json::json!(["per-user"])
+            );
+            refused_by[instance] += 1;
+        }
+    }
+    // 40 concurrent attempts, 20 on each instance: exactly 5 pass in all.
+    assert_eq!(
+        admitted_by[0] + admitted_by[1],
+        5,
+        "admitted per instance: {admitted_by:?}"
+    );
+    assert!(refused_by.iter().all(|&refused| refused >= 15));
+    // The account is blocked on both; another one is not.
+    for addr in instances {
+        let reply = send(addr, login("alice", "wonderland")).await;
+        assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            send(addr, login("bob", "guess")).await.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+}
+
+/// Reads the sliding log at `key` every 20 ms until `until`, on a thread
+/// of its own so the load cannot starve it: `(time µs, cost)` of every
+/// admission seen, and the longest gap between two reads.
+fn read_log_until(
+    url: String,
+    key: String,
+    until: Instant,
+) -> std::thread::JoinHandle<(BTreeMap<u64, u64>, Duration)> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let mut conn = redis::Client::open(url)
+                .expect("a valid URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("a plain connection");
+            let mut seen = BTreeMap::new();
+            let (mut last, mut longest_gap) = (Instant::now(), Duration::ZERO);
+            while Instant::now() < until {
+                // The stored layout: [base, total before, (time - base, running total)...].
+                let raw: Vec<u64> = redis::AsyncCommands::lrange(&mut conn, &key, 0, -1)
+                    .await
+                    .expect("LRANGE");
+                if let [base, before, pairs @ ..] = raw.as_slice() {
+                    let mut total = *before;
+                    for pair in pairs.chunks_exact(2) {
+                        let cost = seen.entry(base + pair[0]).or_insert(0);
+                        *cost = (pair[1] - total).max(*cost);
+                        total = pair[1];
+                    }
+                }
+                longest_gap = longest_gap.max(last.elapsed());
+                last = Instant::now();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (seen, longest_gap)
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_redis_instances_never_admit_more_than_100_a_second_on_the_route() {
+    let server = RedisServer::start();
+    let instances = [redis_instance(&server).await, redis_instance(&server).await];
+    let rule = Rule::parse("100/s").expect("the route's rule");
+    let probe = RedisStore::builder(server.url())
+        .build()
+        .await
+        .expect("connect");
+    let log_key = probe.state_key("login|route=POST /login", rule);
+    let deadline = Instant::now() + Duration::from_millis(2_500);
+    let reader = read_log_until(server.url(), log_key, deadline + Duration::from_millis(100));
+
+    // 16 clients, 8 on each instance, each attempt for a new account so
+    // only the route's limit applies.
+    let clients: Vec<_> = (0..16)
+        .map(|client| {
+            let instance = client % 2;
+            let addr = instances[instance];
+            tokio::spawn(async move {
+                let mut connection = Connection::open(addr).await;
+                let (mut admitted_here, mut refused_here) = (0u64, 0u64);
+                for attempt in 0.. {
+                    if Instant::now() >= deadline {
+                        break;
+                    }
+                    let user = format!("user-{client}-{attempt}");
+                    let reply = connection.send(login(&user, "guess")).await;
+                    if admitted(&reply) {
+                        admitted_here += 1;
+                    } else {
+                        refused_here += 1;
+                    }
+                }
+                (instance, admitted_here, refused_here)
+            })
+        })
+        .collect();
+    let mut admitted_by = [0u64; 2];
+    let mut refused = 0;
+    for client in clients {
+        let (instance, admitted_here, refused_here) = client.await.expect("a client ran");
+        admitted_by[instance] += admitted_here;
+        refused += refused_here;
+    }
+    let (seen, longest_gap) = reader.join().expect("the reader ran");
+
+    let admitted = admitted_by[0] + admitted_by[1];
+    assert!(
+        longest_gap < Duration::from_millis(250),
+        "the reader stalled for {longest_gap:?}: the machine is too busy for this test"
+    );
+    assert!(
+        admitted_by.iter().all(|&n| n > 0) && refused > admitted,
+        "admitted per instance {admitted_by:?}, refused {refused}: the load did not reach the limit"
+    );
+    assert_eq!(
+        seen.values().sum::<u64>(),
+        admitted,
+        "every admission is in Redis' log, and nothing else"
+    );
+    let times: Vec<(u64, u64)> = seen.into_iter().collect();
+    let fullest = (0..times.len())
+        .map(|i| {
+            times[i..]
+                .iter()
+                .take_while(|(at, _)| *at <= times[i].0 + rule.window_micros())
+                .map(|(_, cost)| cost)
+                .sum::<u64>()
+        })
+        .max()
+        .unwrap_or(0);
+    assert_eq!(
+        fullest, 100,
+        "the fullest window [t, t + 1 s] holds the limit, never more"
+    );
 }

@@ -103,6 +103,40 @@ async fn each_user_on_each_route_has_its_own_bucket() {
 }
 
 #[tokio::test]
+async fn stacked_layers_each_count_their_own_key() {
+    let (outer, inner) = (Recording::default(), Recording::default());
+    let app = Router::new()
+        .route("/a/{id}", get(ok))
+        .route_layer(
+            RateLimitLayer::builder(inner.clone(), Key::route())
+                .prefix("inner")
+                .rule("10/m")
+                .build()
+                .expect("layer"),
+        )
+        .route_layer(
+            RateLimitLayer::builder(outer.clone(), Key::peer_ip())
+                .prefix("outer")
+                .rule("10/m")
+                .build()
+                .expect("layer"),
+        );
+    let addr = support::serve(app).await;
+    for id in ["1", "2"] {
+        let path = format!("/a/{id}");
+        assert_eq!(
+            send(addr, empty(get_req(&path))).await.status,
+            StatusCode::OK
+        );
+    }
+    assert_eq!(outer.keys(), ["outer|ip=127.0.0.1", "outer|ip=127.0.0.1"]);
+    assert_eq!(
+        inner.keys(),
+        ["inner|route=GET /a/%7Bid%7D", "inner|route=GET /a/%7Bid%7D"]
+    );
+}
+
+#[tokio::test]
 async fn route_layer_limits_only_its_route() {
     let layer = RateLimitLayer::builder(MemoryStore::new(), Key::route())
         .rule("1/m")
@@ -356,26 +390,33 @@ async fn a_denial_is_a_quota_exceeded_problem() {
 }
 
 #[tokio::test]
-async fn several_rules_pass_or_fail_together() {
+async fn several_rules_pass_or_fail_together_and_report_each_policy() {
     let (store, clock) = manual_store();
     let layer = RateLimitLayer::builder(store, Key::peer_ip())
         .rule("2/s")
         .rule("3/m")
+        .headers_on_success(true)
         .build()
         .expect("layer");
     let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
-    let status = |reply: support::Reply| reply.status;
 
+    // Each policy counts down on its own; a log empties W + 1 µs after its
+    // newest entry, so t rounds 1 s + 1 µs up to 2 and 60 s + 1 µs to 61.
+    let first = send(addr, empty(get_req("/"))).await;
+    assert_eq!(first.status, StatusCode::OK);
     assert_eq!(
-        status(send(addr, empty(get_req("/"))).await),
-        StatusCode::OK
+        first.list("ratelimit-policy"),
+        r#""p0";q=2;w=1, "p1";q=3;w=60"#
     );
-    assert_eq!(
-        status(send(addr, empty(get_req("/"))).await),
-        StatusCode::OK
-    );
+    assert_eq!(first.list("ratelimit"), r#""p0";r=1;t=2, "p1";r=2;t=61"#);
+    let second = send(addr, empty(get_req("/"))).await;
+    assert_eq!(second.list("ratelimit"), r#""p0";r=0;t=2, "p1";r=1;t=61"#);
+
+    // p0 denies; p1 would have admitted, and shows its state unchanged.
     let denied = send(addr, empty(get_req("/"))).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.list("ratelimit"), r#""p0";r=0;t=2, "p1";r=1;t=61"#);
+    assert_eq!(denied.header("retry-after"), Some("2"));
     assert_eq!(
         denied.json()["violated-policies"],
         serde_json::json!(["p0"])
@@ -388,18 +429,120 @@ async fn several_rules_pass_or_fail_together() {
     // Denied by p0, the third request was not counted by p1 either: one
     // more passes once p0 has room again.
     clock.advance(Duration::from_millis(1_100));
-    assert_eq!(
-        status(send(addr, empty(get_req("/"))).await),
-        StatusCode::OK
-    );
+    let third = send(addr, empty(get_req("/"))).await;
+    assert_eq!(third.status, StatusCode::OK);
+    assert_eq!(third.list("ratelimit"), r#""p0";r=1;t=2, "p1";r=0;t=61"#);
+
+    // Now only p1 denies: 57.8 s until its oldest entry leaves the window.
     clock.advance(Duration::from_millis(1_100));
     let denied = send(addr, empty(get_req("/"))).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.list("ratelimit"), r#""p0";r=2;t=0, "p1";r=0;t=58"#);
+    assert_eq!(denied.header("retry-after"), Some("58"));
     assert_eq!(
         denied.json()["violated-policies"],
         serde_json::json!(["p1"])
     );
-    assert_eq!(denied.list("ratelimit"), r#""p1";r=0;t=58"#);
+    assert_eq!(
+        denied.json()["detail"],
+        r#"the quota 3/1m of policy "p1" is used up; retry in 58 s"#
+    );
+}
+
+fn same_limit_layer(
+    store: slidegate::MemoryStore<String, slidegate::clock::ManualClock>,
+) -> RateLimitLayer<
+    slidegate::MemoryStore<String, slidegate::clock::ManualClock>,
+    slidegate::middleware::PeerIp,
+> {
+    RateLimitLayer::builder(store, Key::peer_ip())
+        .policy("second", "2/s")
+        .policy("minute", "2/m")
+        .build()
+        .expect("layer")
+}
+
+#[tokio::test]
+async fn rules_with_the_same_limit_are_told_apart() {
+    let (store, clock) = manual_store();
+    let addr = support::serve(
+        Router::new()
+            .route("/", get(ok))
+            .layer(same_limit_layer(store)),
+    )
+    .await;
+    for _ in 0..2 {
+        assert_eq!(send(addr, empty(get_req("/"))).await.status, StatusCode::OK);
+    }
+
+    // Both deny: both are violated, and the client waits for the longer.
+    let denied = send(addr, empty(get_req("/"))).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        denied.list("ratelimit"),
+        r#""second";r=0;t=2, "minute";r=0;t=61"#
+    );
+    assert_eq!(denied.header("retry-after"), Some("61"));
+    assert_eq!(
+        denied.json()["violated-policies"],
+        serde_json::json!(["second", "minute"])
+    );
+    assert_eq!(
+        denied.json()["detail"],
+        r#"the quotas 2/1s of policy "second" and 2/1m of policy "minute" are used up; retry in 61 s"#
+    );
+
+    // 1.5 s later only "minute" denies, with its own wait.
+    clock.advance(Duration::from_millis(1_500));
+    let denied = send(addr, empty(get_req("/"))).await;
+    assert_eq!(
+        denied.list("ratelimit"),
+        r#""second";r=2;t=0, "minute";r=0;t=59"#
+    );
+    assert_eq!(denied.header("retry-after"), Some("59"));
+    assert_eq!(
+        denied.json()["violated-policies"],
+        serde_json::json!(["minute"])
+    );
+}
+
+#[tokio::test]
+async fn the_rejection_hook_sees_every_policys_decision() {
+    let (store, _clock) = manual_store();
+    let layer = RateLimitLayer::builder(store, Key::peer_ip())
+        .policy("second", "1/s")
+        .policy("minute", "5/m")
+        .on_rejection(|rejection, _request, mut response| {
+            if let Rejection::RateLimited {
+                policy, policies, ..
+            } = rejection
+            {
+                let states: Vec<String> = policies
+                    .iter()
+                    .map(|p| {
+                        let verdict = if p.decision.allowed() { "ok" } else { "over" };
+                        format!(
+                            "{} {} {verdict} r={}",
+                            p.name,
+                            p.rule,
+                            p.decision.remaining()
+                        )
+                    })
+                    .collect();
+                *response.body_mut() = format!("{policy}: {}", states.join(", ")).into();
+            }
+            response
+        })
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
+    send(addr, empty(get_req("/"))).await;
+    let reply = send(addr, empty(get_req("/"))).await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        reply.body,
+        "second: second 1/1s over r=0, minute 5/1m ok r=4"
+    );
 }
 
 #[tokio::test]
@@ -621,6 +764,28 @@ async fn a_store_that_waits_decides_the_same() {
     let denied = send(addr, empty(get_req("/"))).await;
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(denied.header("retry-after"), Some("60"));
+}
+
+#[tokio::test]
+async fn a_store_that_waits_decides_several_rules_the_same() {
+    let layer = RateLimitLayer::builder(Slow::default(), Key::peer_ip())
+        .rule("2/m")
+        .rule("5/h")
+        .headers_on_success(true)
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
+    let first = send(addr, empty(get_req("/"))).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.list("ratelimit"), r#""p0";r=1;t=61, "p1";r=4;t=3601"#);
+    assert_eq!(send(addr, empty(get_req("/"))).await.status, StatusCode::OK);
+    let denied = send(addr, empty(get_req("/"))).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(denied.list("ratelimit").split(", ").count(), 2);
+    assert_eq!(
+        denied.json()["violated-policies"],
+        serde_json::json!(["p0"])
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,5 @@
-//! The response body of the middleware: the inner service's, or the
-//! middleware's own rejection.
+//! Response bodies: the layer answers with the inner service's body type
+//! ([`RejectionBody`]), or with [`ResponseBody`] around it.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -8,9 +8,82 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+/// A response body type the layer can make its own answers in (a
+/// rejection's problem+json; nothing, for gRPC). The layer's responses
+/// have the inner service's body type: a passed request's response goes
+/// out as the inner service made it, not wrapped, and not boxed again by
+/// the framework.
+///
+/// Implemented for axum's and (feature `tonic`) tonic's bodies, `String`,
+/// and [`ResponseBody`]. For an inner service with another body type, map
+/// its responses into a [`ResponseBody`] first:
+///
+/// ```
+/// use bytes::Bytes;
+/// use http_body_util::Empty;
+/// use slidegate::MemoryStore;
+/// use slidegate::middleware::{Key, RateLimitLayer, ResponseBody};
+/// use tower::{Service, ServiceBuilder, service_fn};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// // A service whose body type the layer cannot make answers in.
+/// let inner = service_fn(|_: http::Request<()>| async {
+///     Ok::<_, std::convert::Infallible>(http::Response::new(Empty::<Bytes>::new()))
+/// });
+/// let limit = RateLimitLayer::builder(MemoryStore::new(), Key::global())
+///     .rule("10/s")
+///     .build()?;
+/// let service = ServiceBuilder::new()
+///     .layer(limit)
+///     .map_response(|response: http::Response<Empty<Bytes>>| response.map(ResponseBody::inner))
+///     .service(inner);
+/// fn answers_with<S: Service<http::Request<()>, Response = http::Response<ResponseBody<Empty<Bytes>>>>>(_: &S) {}
+/// answers_with(&service);
+/// # Ok(())
+/// # }
+/// ```
+pub trait RejectionBody: Sized {
+    /// A body holding `bytes` (empty for gRPC answers).
+    fn from_rejection(bytes: Bytes) -> Self;
+}
+
+impl RejectionBody for axum::body::Body {
+    fn from_rejection(bytes: Bytes) -> Self {
+        if bytes.is_empty() {
+            axum::body::Body::empty()
+        } else {
+            axum::body::Body::from(bytes)
+        }
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl RejectionBody for tonic::body::Body {
+    fn from_rejection(bytes: Bytes) -> Self {
+        if bytes.is_empty() {
+            tonic::body::Body::empty()
+        } else {
+            tonic::body::Body::new(ResponseBody::<String>::rejection(bytes))
+        }
+    }
+}
+
+impl RejectionBody for String {
+    fn from_rejection(bytes: Bytes) -> Self {
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+impl<B> RejectionBody for ResponseBody<B> {
+    fn from_rejection(bytes: Bytes) -> Self {
+        ResponseBody::rejection(bytes)
+    }
+}
+
 pin_project! {
-    /// The body of a [`RateLimit`](super::RateLimit) response: the inner
-    /// service's body when the request passed, or the rejection's bytes.
+    /// A response body that is either another body or the bytes of one of
+    /// the layer's answers: for inner services whose body type is not a
+    /// [`RejectionBody`] (see there).
     ///
     /// Any framework that accepts a `http_body::Body<Data = Bytes>` takes it
     /// (axum, tonic's `Server::layer`, hyper).
@@ -34,13 +107,15 @@ pin_project! {
 }
 
 impl<B> ResponseBody<B> {
-    pub(crate) fn inner(body: B) -> Self {
+    /// The body `body`.
+    pub fn inner(body: B) -> Self {
         ResponseBody {
             kind: Kind::Inner { body },
         }
     }
 
-    pub(crate) fn rejection(data: Bytes) -> Self {
+    /// A body holding `data`.
+    pub fn rejection(data: Bytes) -> Self {
         ResponseBody {
             kind: Kind::Rejection {
                 data: (!data.is_empty()).then_some(data),

@@ -3,13 +3,14 @@
 use std::fmt;
 
 use bytes::Bytes;
-use http::request::Parts;
-use http::{HeaderValue, Response, StatusCode};
+use http::{Response, StatusCode};
 
-use super::service::{Config, CostFn, RejectionHook};
+use super::decide::{Config, CostFn, RejectionHook};
+use super::head::RequestHead;
+use super::policies::PolicySet;
 use super::{BuildError, IntoRule, MissingKey, OnStoreError, RateLimitLayer, Rejection};
 use crate::error::Error;
-use crate::headers::{self, InvalidPolicyName};
+use crate::headers;
 use crate::rate::Rule;
 
 /// Configures a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
@@ -72,7 +73,7 @@ impl<St, K> RateLimitBuilder<St, K> {
     ///     .build()?;
     /// # Ok::<(), slidegate::middleware::BuildError>(())
     /// ```
-    pub fn cost(mut self, cost: impl Fn(&Parts) -> u64 + Send + Sync + 'static) -> Self {
+    pub fn cost(mut self, cost: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static) -> Self {
         self.cost = Some(Box::new(cost));
         self
     }
@@ -126,7 +127,7 @@ impl<St, K> RateLimitBuilder<St, K> {
     /// ```
     pub fn on_rejection(
         mut self,
-        hook: impl Fn(&Rejection<'_>, &Parts, Response<Bytes>) -> Response<Bytes>
+        hook: impl Fn(&Rejection<'_>, &RequestHead<'_>, Response<Bytes>) -> Response<Bytes>
         + Send
         + Sync
         + 'static,
@@ -153,12 +154,7 @@ impl<St, K> RateLimitBuilder<St, K> {
             }
             policies.push((name, rule));
         }
-        let rules: Box<[Rule]> = policies.iter().map(|(_, rule)| *rule).collect();
-        let min_limit = rules.iter().map(Rule::limit).min().unwrap_or(1);
-        let policy_header =
-            headers::ratelimit_policy(policies.iter().map(|(name, rule)| (name.as_str(), *rule)));
-        let policy_header = HeaderValue::try_from(policy_header)
-            .map_err(|_| InvalidPolicyName(policies[0].0.clone()))?;
+        let policies = PolicySet::new(policies)?;
         let missing_key = match self.missing_key {
             MissingKey::Reject(status) if !status.is_client_error() => {
                 MissingKey::Reject(StatusCode::BAD_REQUEST)
@@ -168,10 +164,7 @@ impl<St, K> RateLimitBuilder<St, K> {
         Ok(RateLimitLayer::from_config(Config {
             store: self.store,
             key: self.key,
-            rules,
-            names: policies.into_iter().map(|(name, _)| name.into()).collect(),
-            min_limit,
-            policy_header,
+            policies,
             cost: self.cost,
             missing_key,
             on_store_error: self.on_store_error,

@@ -6,10 +6,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::request::Parts;
 use http::{HeaderMap, HeaderName, HeaderValue, Response, StatusCode};
 
+use super::head::RequestHead;
 use super::key::NoKey;
+use super::policies::PolicyDecisions;
 use crate::decision::Decision;
 use crate::error::Error;
 use crate::headers;
@@ -47,12 +48,18 @@ const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-det
 pub enum Rejection<'a> {
     /// The request is over a limit.
     RateLimited {
-        /// The store's decision (its tightest rule).
+        /// The decision of the policy that denied it, or, when several
+        /// did, of the one that makes the client wait longest: its
+        /// `retry_after` is the wait after which the request would pass
+        /// (`Retry-After`).
         decision: Decision,
-        /// The name of the policy that denied it.
+        /// The name of that policy.
         policy: &'a str,
         /// That policy's rule.
         rule: Rule,
+        /// Every policy's own decision, in the order of the rules; the
+        /// [`violated`](PolicyDecisions::violated) ones denied.
+        policies: PolicyDecisions<'a>,
     },
     /// The request costs more than a rule's whole limit: it can never pass.
     CostTooHigh {
@@ -81,12 +88,13 @@ pub enum Rejection<'a> {
 pub(crate) struct Context<'a> {
     /// The request's content type when it is gRPC (`application/grpc...`).
     pub grpc: Option<&'a HeaderValue>,
+    /// `RateLimit-Policy`.
     pub policy_header: &'a HeaderValue,
 }
 
 /// The request's content type when it is a gRPC call: `application/grpc`,
 /// optionally followed by `+proto`, `+json`, `-web`, ... or parameters.
-pub(crate) fn grpc_content_type(request: &Parts) -> Option<&HeaderValue> {
+pub(crate) fn grpc_content_type<'a>(request: &RequestHead<'a>) -> Option<&'a HeaderValue> {
     let value = request.headers.get(CONTENT_TYPE)?;
     value
         .as_bytes()
@@ -94,44 +102,26 @@ pub(crate) fn grpc_content_type(request: &Parts) -> Option<&HeaderValue> {
         .then_some(value)
 }
 
-/// Adds `RateLimit-Policy` and `RateLimit` for `policy`'s decision.
-pub(crate) fn insert_ratelimit_headers(
-    headers: &mut HeaderMap,
-    policy_header: &HeaderValue,
-    policy: &str,
-    decision: &Decision,
-) {
-    headers.insert(headers::RATELIMIT_POLICY, policy_header.clone());
-    if let Ok(value) = HeaderValue::try_from(headers::ratelimit(policy, decision)) {
-        headers.insert(headers::RATELIMIT, value);
-    }
-}
-
 /// The response the middleware sends for `rejection` unless a hook changes it.
 pub(crate) fn default_response(rejection: &Rejection<'_>, cx: &Context<'_>) -> Response<Bytes> {
     let mut headers = HeaderMap::new();
     let (status, problem, retry) = match *rejection {
         Rejection::RateLimited {
-            decision,
-            policy,
-            rule,
+            decision, policies, ..
         } => {
-            insert_ratelimit_headers(&mut headers, cx.policy_header, policy, &decision);
+            headers.insert(headers::RATELIMIT_POLICY, policies.policy_header().clone());
+            headers.insert(headers::RATELIMIT, policies.ratelimit_header());
             let wait = headers::retry_after(&decision);
             headers.insert(RETRY_AFTER, HeaderValue::from(wait));
             if decision.degraded() {
                 headers.insert(DEGRADED, HeaderValue::from_static("true"));
             }
-            let detail = format!(
-                "the quota {} of policy \"{policy}\" is used up; retry in {wait} s",
-                rule.rate()
-            );
             let problem = Problem {
                 kind: QUOTA_EXCEEDED,
                 title: "Request cannot be satisfied as assigned quota has been exceeded",
                 status: StatusCode::TOO_MANY_REQUESTS,
-                detail,
-                violated_policy: Some(policy),
+                detail: quota_detail(&policies, wait),
+                violated_policies: policies.violated().map(|policy| policy.name).collect(),
                 grpc_code: GrpcCode::ResourceExhausted,
             };
             (problem.status, problem, Some(decision.retry_after()))
@@ -145,7 +135,7 @@ pub(crate) fn default_response(rejection: &Rejection<'_>, cx: &Context<'_>) -> R
                 detail: format!(
                     "the request costs {cost} units, more than the limit of {limit}: it can never pass"
                 ),
-                violated_policy: None,
+                violated_policies: Vec::new(),
                 grpc_code: GrpcCode::ResourceExhausted,
             };
             (problem.status, problem, None)
@@ -156,7 +146,7 @@ pub(crate) fn default_response(rejection: &Rejection<'_>, cx: &Context<'_>) -> R
                 title: status.canonical_reason().unwrap_or("Bad Request"),
                 status,
                 detail: format!("no rate-limit key: {reason}"),
-                violated_policy: None,
+                violated_policies: Vec::new(),
                 grpc_code: GrpcCode::from_http(status),
             };
             (status, problem, None)
@@ -171,7 +161,7 @@ pub(crate) fn default_response(rejection: &Rejection<'_>, cx: &Context<'_>) -> R
                 title: "Temporarily reduced capacity",
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 detail: format!("the rate limiter cannot decide now; retry in {secs} s"),
-                violated_policy: None,
+                violated_policies: Vec::new(),
                 grpc_code: GrpcCode::Unavailable,
             };
             (problem.status, problem, Some(retry_after))
@@ -189,13 +179,37 @@ pub(crate) fn default_response(rejection: &Rejection<'_>, cx: &Context<'_>) -> R
     }
 }
 
+/// The problem's `detail` for a denial: which quotas are used up, and the
+/// wait in seconds.
+fn quota_detail(policies: &PolicyDecisions<'_>, wait: u64) -> String {
+    let violated: Vec<_> = policies.violated().collect();
+    let mut out = String::from(if violated.len() > 1 {
+        "the quotas "
+    } else {
+        "the quota "
+    });
+    for (i, policy) in violated.iter().enumerate() {
+        if i > 0 {
+            out.push_str(if i + 1 == violated.len() {
+                " and "
+            } else {
+                ", "
+            });
+        }
+        let _ = write!(out, "{} of policy \"{}\"", policy.rule.rate(), policy.name);
+    }
+    let verb = if violated.len() > 1 { "are" } else { "is" };
+    let _ = write!(out, " {verb} used up; retry in {wait} s");
+    out
+}
+
 /// An RFC 9457 problem, and its gRPC counterpart.
 struct Problem<'a> {
     kind: &'static str,
     title: &'static str,
     status: StatusCode,
     detail: String,
-    violated_policy: Option<&'a str>,
+    violated_policies: Vec<&'a str>,
     grpc_code: GrpcCode,
 }
 
@@ -208,9 +222,14 @@ impl Problem<'_> {
         push_json_string(&mut out, self.title);
         let _ = write!(out, ",\"status\":{},\"detail\":", self.status.as_u16());
         push_json_string(&mut out, &self.detail);
-        if let Some(policy) = self.violated_policy {
+        if !self.violated_policies.is_empty() {
             out.push_str(",\"violated-policies\":[");
-            push_json_string(&mut out, policy);
+            for (i, policy) in self.violated_policies.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_json_string(&mut out, policy);
+            }
             out.push(']');
         }
         out.push('}');
@@ -392,12 +411,12 @@ mod tests {
             title: "t",
             status: StatusCode::TOO_MANY_REQUESTS,
             detail: "a \"b\" \\ \n".into(),
-            violated_policy: Some("p\"0"),
+            violated_policies: vec!["p\"0", "p1"],
             grpc_code: GrpcCode::ResourceExhausted,
         };
         assert_eq!(
             problem.to_json(),
-            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"t","status":429,"detail":"a \"b\" \\ \u000a","violated-policies":["p\"0"]}"#
+            r#"{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"t","status":429,"detail":"a \"b\" \\ \u000a","violated-policies":["p\"0","p1"]}"#
         );
     }
 

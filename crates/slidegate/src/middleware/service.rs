@@ -3,268 +3,33 @@
 //! A request is decided before the inner service is called, on one of
 //! three paths:
 //!
-//! - the [`MemoryStore`] decides synchronously;
-//! - any other store gets one poll of its `acquire` future inside `call`;
-//!   if it answers at once, fine;
+//! - the store decides at once ([`Store::acquire_now`]: the memory store,
+//!   a cached denial; one rule);
+//! - otherwise the store's future gets one poll inside `call`; if it
+//!   answers then (the memory store deciding several rules), fine;
 //! - otherwise (a network store) the readied inner service moves into a
 //!   boxed future that waits for the answer, and a clone stays behind.
 //!
 //! On the first two the inner service readied by `poll_ready` is called
-//! right away: no clone of it and no boxed response future.
+//! right away: no clone of it and no boxed response future. The response
+//! keeps the inner service's body type ([`RejectionBody`]), so nothing is
+//! wrapped or boxed on the way out either.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
 
-use bytes::Bytes;
-use http::request::Parts;
-use http::{HeaderValue, Request, Response};
+use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use super::body::ResponseBody;
-use super::key::{KeyExtractor, KeyWriter, NoKey};
-use super::response::{self, DEGRADED, Rejection};
-use super::{MissingKey, OnStoreError};
-use crate::decision::Decision;
-use crate::error::{Error, Result};
-use crate::headers;
-use crate::rate::Rule;
-use crate::store::{MAX_KEY_LEN, Store};
-
-pub(crate) type CostFn = dyn Fn(&Parts) -> u64 + Send + Sync;
-pub(crate) type RejectionHook =
-    dyn Fn(&Rejection<'_>, &Parts, Response<Bytes>) -> Response<Bytes> + Send + Sync;
-
-/// A layer's configuration, shared by its services.
-pub(crate) struct Config<St, K> {
-    pub store: St,
-    pub key: K,
-    pub rules: Box<[Rule]>,
-    pub names: Box<[Box<str>]>,
-    pub min_limit: u64,
-    pub policy_header: HeaderValue,
-    pub cost: Option<Box<CostFn>>,
-    pub missing_key: MissingKey,
-    pub on_store_error: OnStoreError,
-    pub headers_on_success: bool,
-    pub prefix: Option<String>,
-    pub on_rejection: Option<Box<RejectionHook>>,
-}
-
-impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("store", &self.store)
-            .field("key", &self.key)
-            .field("rules", &self.rules)
-            .field("names", &self.names)
-            .field("missing_key", &self.missing_key)
-            .field("on_store_error", &self.on_store_error)
-            .field("headers_on_success", &self.headers_on_success)
-            .field("prefix", &self.prefix)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What a request needs before the store is asked.
-enum Prepared<'a> {
-    /// Ask the store for `cost` units of `key`.
-    Ask { key: String, cost: u64 },
-    /// Decided without the store.
-    Decided(Verdict<'a>),
-}
-
-/// The outcome of the checks made before the inner service is called.
-enum Verdict<'a> {
-    /// Call the inner service, then add these headers.
-    Pass(Extra),
-    /// Answer with this rejection.
-    Reject(Rejection<'a>),
-    /// The store failed and the policy denies.
-    StoreDenied { error: Error, retry_after: Duration },
-}
-
-/// The headers added to a passed request's response.
-#[derive(Debug, Default)]
-struct Extra {
-    /// `RateLimit-Policy` and `RateLimit`, with `headers_on_success`.
-    ratelimit: Option<(HeaderValue, HeaderValue)>,
-    degraded: bool,
-}
-
-impl Extra {
-    fn apply<B>(self, response: &mut Response<B>) {
-        let headers = response.headers_mut();
-        if let Some((policy, state)) = self.ratelimit {
-            // Appended: layers stacked on one route each add their policies.
-            headers.append(headers::RATELIMIT_POLICY, policy);
-            headers.append(headers::RATELIMIT, state);
-        }
-        if self.degraded {
-            headers.insert(DEGRADED, HeaderValue::from_static("true"));
-        }
-    }
-}
-
-impl<St: Store, K: KeyExtractor> Config<St, K> {
-    /// The store key of `request`: the prefix and the extracted parts.
-    fn key(&self, request: &Parts) -> Result<String, NoKey> {
-        let mut key = KeyWriter::with_capacity(48);
-        if let Some(prefix) = &self.prefix {
-            key.push_word(prefix);
-        }
-        let start = key.as_str().len();
-        self.key.extract(request, &mut key)?;
-        if key.as_str().len() == start {
-            return Err(NoKey::new("the key extractor wrote no key"));
-        }
-        Ok(key.into_store_key(MAX_KEY_LEN))
-    }
-
-    fn shared_key(&self) -> String {
-        let mut key = KeyWriter::new();
-        if let Some(prefix) = &self.prefix {
-            key.push_word(prefix);
-        }
-        key.push_word("nokey");
-        key.into_store_key(MAX_KEY_LEN)
-    }
-
-    /// Key and cost, or a verdict that needs no store.
-    fn prepare(&self, request: &Parts) -> Prepared<'_> {
-        let key = match self.key(request) {
-            Ok(key) => key,
-            Err(reason) => match self.missing_key {
-                MissingKey::Allow => return Prepared::Decided(Verdict::Pass(Extra::default())),
-                MissingKey::Shared => self.shared_key(),
-                MissingKey::Reject(status) => {
-                    return Prepared::Decided(Verdict::Reject(Rejection::MissingKey {
-                        reason,
-                        status,
-                    }));
-                }
-            },
-        };
-        let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        if cost > self.min_limit {
-            return Prepared::Decided(Verdict::Reject(Rejection::CostTooHigh {
-                cost,
-                limit: self.min_limit,
-            }));
-        }
-        Prepared::Ask { key, cost }
-    }
-
-    /// The verdict on the store's answer.
-    fn judge(&self, answer: Result<Decision>) -> Verdict<'_> {
-        match answer {
-            Ok(decision) if decision.allowed() => {
-                let ratelimit = self
-                    .headers_on_success
-                    .then(|| {
-                        let name = &self.names[self.deciding_rule(&decision)];
-                        let state = HeaderValue::try_from(headers::ratelimit(name, &decision));
-                        Some((self.policy_header.clone(), state.ok()?))
-                    })
-                    .flatten();
-                Verdict::Pass(Extra {
-                    ratelimit,
-                    degraded: decision.degraded(),
-                })
-            }
-            Ok(decision) => {
-                let index = self.deciding_rule(&decision);
-                Verdict::Reject(Rejection::RateLimited {
-                    decision,
-                    policy: &self.names[index],
-                    rule: self.rules[index],
-                })
-            }
-            Err(Error::CostExceedsLimit { cost, limit }) => {
-                Verdict::Reject(Rejection::CostTooHigh { cost, limit })
-            }
-            // Other errors (the store failed, or refused what it was given)
-            // leave the request undecided: the failure policy applies.
-            Err(error) => match self.on_store_error {
-                OnStoreError::Allow => Verdict::Pass(Extra {
-                    ratelimit: None,
-                    degraded: true,
-                }),
-                OnStoreError::Deny { retry_after } => Verdict::StoreDenied { error, retry_after },
-            },
-        }
-    }
-
-    /// The rule a combined decision reports on. The store says only its
-    /// limit, so rules sharing a limit are told apart by window: a denial
-    /// never asks to wait longer than its rule's window.
-    fn deciding_rule(&self, decision: &Decision) -> usize {
-        let same_limit = || {
-            self.rules
-                .iter()
-                .enumerate()
-                .filter(|(_, rule)| rule.limit() == decision.limit())
-        };
-        let first = same_limit().next().map_or(0, |(index, _)| index);
-        if decision.allowed() {
-            return first;
-        }
-        let wait = decision.retry_after().as_micros();
-        same_limit()
-            .filter(|(_, rule)| u128::from(rule.window_micros()) + 1 >= wait)
-            .min_by_key(|(_, rule)| rule.window_micros())
-            .map_or(first, |(index, _)| index)
-    }
-
-    /// The response to a rejection: the default one, through the hook.
-    fn reject<B>(&self, rejection: &Rejection<'_>, request: &Parts) -> Response<ResponseBody<B>> {
-        let cx = response::Context {
-            grpc: response::grpc_content_type(request),
-            policy_header: &self.policy_header,
-        };
-        let default = response::default_response(rejection, &cx);
-        let response = match &self.on_rejection {
-            Some(hook) => hook(rejection, request, default),
-            None => default,
-        };
-        response.map(ResponseBody::rejection)
-    }
-
-    /// Acts on a verdict: calls `inner` with the request, or answers.
-    fn act<S, ReqBody, ResBody>(
-        &self,
-        verdict: Verdict<'_>,
-        inner: &mut S,
-        parts: Parts,
-        body: ReqBody,
-    ) -> Acted<S::Future, ResBody>
-    where
-        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
-    {
-        match verdict {
-            Verdict::Pass(extra) => {
-                Acted::Called(inner.call(Request::from_parts(parts, body)), extra)
-            }
-            Verdict::Reject(rejection) => Acted::Answered(self.reject(&rejection, &parts)),
-            Verdict::StoreDenied { error, retry_after } => {
-                let rejection = Rejection::StoreFailure {
-                    error: &error,
-                    retry_after,
-                };
-                Acted::Answered(self.reject(&rejection, &parts))
-            }
-        }
-    }
-}
-
-enum Acted<F, B> {
-    Called(F, Extra),
-    Answered(Response<ResponseBody<B>>),
-}
+use super::body::RejectionBody;
+use super::decide::{Config, Extra, Prepared, Verdict};
+use super::head::RequestHead;
+use super::key::{KeyExtractor, ThreadKey};
+use crate::store::Store;
 
 /// The [`Service`] made by [`RateLimitLayer`](super::RateLimitLayer):
 /// decides each request, then calls the inner service or answers itself.
@@ -302,8 +67,7 @@ impl<S: fmt::Debug, St: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimit<S, S
     }
 }
 
-type BoxedResponse<B, E> =
-    Pin<Box<dyn Future<Output = Result<Response<ResponseBody<B>>, E>> + Send + 'static>>;
+type BoxedResponse<B, E> = Pin<Box<dyn Future<Output = Result<Response<B>, E>> + Send + 'static>>;
 
 impl<S, St, K, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S, St, K>
 where
@@ -312,8 +76,9 @@ where
     St: Store + 'static,
     K: KeyExtractor,
     ReqBody: Send + 'static,
+    ResBody: RejectionBody + Send + 'static,
 {
-    type Response = Response<ResponseBody<ResBody>>;
+    type Response = Response<ResBody>;
     type Error = S::Error;
     type Future = ResponseFuture<S::Future, ResBody, S::Error>;
 
@@ -322,28 +87,72 @@ where
     }
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
-        let (parts, body) = request.into_parts();
         let config = &*self.config;
-        let (key, cost) = match config.prepare(&parts) {
-            Prepared::Ask { key, cost } => (key, cost),
-            Prepared::Decided(verdict) => {
-                return config.act(verdict, &mut self.inner, parts, body).into();
+        let verdict = {
+            let mut key = ThreadKey::take();
+            match config.prepare(&RequestHead::from(&request), &mut key) {
+                Prepared::Decided(verdict) => verdict,
+                Prepared::Ask { cost } => match config.decide_now(key.as_str(), cost) {
+                    Some(answer) => config.judge(answer),
+                    None => {
+                        let key = key.as_str().to_owned();
+                        return self.ask(key, cost, request);
+                    }
+                },
             }
+            // The key buffer is given back here, before the inner service
+            // runs: a layer inside this one takes it next.
         };
-        if let Some(answer) = decide_in_process(&config.store, &key, &config.rules, cost) {
-            let verdict = config.judge(answer);
-            return config.act(verdict, &mut self.inner, parts, body).into();
-        }
+        self.act(verdict, request)
+    }
+}
+
+impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
+    /// Calls the inner service with the request, or answers.
+    fn act<ReqBody, ResBody>(
+        &mut self,
+        verdict: Verdict,
+        request: Request<ReqBody>,
+    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+        ResBody: RejectionBody,
+    {
+        let kind = match verdict {
+            Verdict::Pass(extra) => Kind::Called {
+                future: self.inner.call(request),
+                extra,
+            },
+            Verdict::Refuse(refusal) => Kind::Answered {
+                response: Some(self.config.reject(&refusal, &RequestHead::from(&request))),
+            },
+        };
+        ResponseFuture { kind }
+    }
+
+    /// Asks the store for `cost` units of `key` when it cannot answer at
+    /// once.
+    fn ask<ReqBody, ResBody>(
+        &mut self,
+        key: String,
+        cost: u64,
+        request: Request<ReqBody>,
+    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        ReqBody: Send + 'static,
+        ResBody: RejectionBody + Send + 'static,
+    {
         let shared = Arc::clone(&self.config);
-        let mut answer =
-            Box::pin(async move { shared.store.acquire(&key, &shared.rules, cost).await });
+        let mut answer = Box::pin(async move { shared.ask(&key, cost).await });
         // A store that can answer at once does so on the first poll.
         if let Poll::Ready(answer) = answer
             .as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
         {
-            let verdict = config.judge(answer);
-            return config.act(verdict, &mut self.inner, parts, body).into();
+            let verdict = self.config.judge(answer);
+            return self.act(verdict, request);
         }
         // The store is waiting: the readied service goes into the future
         // (tower's rule: the one poll_ready readied is the one called), a
@@ -352,31 +161,21 @@ where
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let config = Arc::clone(&self.config);
         let rest: BoxedResponse<ResBody, S::Error> = Box::pin(async move {
-            let verdict = config.judge(answer.await);
-            let (future, extra) = match config.act(verdict, &mut inner, parts, body) {
-                Acted::Called(future, extra) => (future, extra),
-                Acted::Answered(response) => return Ok(response),
-            };
-            let mut response = future.await?.map(ResponseBody::inner);
-            extra.apply(&mut response);
-            Ok(response)
+            match config.judge(answer.await) {
+                Verdict::Pass(extra) => {
+                    let mut response = inner.call(request).await?;
+                    extra.apply(&mut response);
+                    Ok(response)
+                }
+                Verdict::Refuse(refusal) => {
+                    Ok(config.reject(&refusal, &RequestHead::from(&request)))
+                }
+            }
         });
         ResponseFuture {
             kind: Kind::Waiting { future: rest },
         }
     }
-}
-
-/// The decision, when the store can take it without waiting
-/// ([`Store::acquire_now`]: the memory store, a cached denial): the layer
-/// then answers without creating a future.
-fn decide_in_process<St: Store + 'static>(
-    store: &St,
-    key: &str,
-    rules: &[Rule],
-    cost: u64,
-) -> Option<Result<Decision>> {
-    store.acquire_now(key, rules, cost)
 }
 
 pin_project! {
@@ -394,11 +193,11 @@ pin_project! {
         Called {
             #[pin]
             future: F,
-            extra: Option<Extra>,
+            extra: Extra,
         },
         // The layer answered.
         Answered {
-            response: Option<Response<ResponseBody<B>>>,
+            response: Option<Response<B>>,
         },
         // The store had not answered yet when the request came.
         Waiting {
@@ -407,35 +206,17 @@ pin_project! {
     }
 }
 
-impl<F, B, E> From<Acted<F, B>> for ResponseFuture<F, B, E> {
-    fn from(acted: Acted<F, B>) -> Self {
-        let kind = match acted {
-            Acted::Called(future, extra) => Kind::Called {
-                future,
-                extra: Some(extra),
-            },
-            Acted::Answered(response) => Kind::Answered {
-                response: Some(response),
-            },
-        };
-        ResponseFuture { kind }
-    }
-}
-
 impl<F, B, E> Future for ResponseFuture<F, B, E>
 where
     F: Future<Output = Result<Response<B>, E>>,
 {
-    type Output = Result<Response<ResponseBody<B>>, E>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().kind.project() {
             KindProj::Called { future, extra } => {
-                let response = std::task::ready!(future.poll(cx))?;
-                let mut response = response.map(ResponseBody::inner);
-                if let Some(extra) = extra.take() {
-                    extra.apply(&mut response);
-                }
+                let mut response = std::task::ready!(future.poll(cx))?;
+                std::mem::take(extra).apply(&mut response);
                 Poll::Ready(Ok(response))
             }
             KindProj::Answered { response } => match response.take() {

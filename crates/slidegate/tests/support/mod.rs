@@ -86,6 +86,39 @@ pub async fn send_from(from: IpAddr, addr: SocketAddr, request: Request<Full<Byt
     }
 }
 
+/// One HTTP/1.1 connection, kept alive across requests (for load).
+pub struct Connection {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+}
+
+impl Connection {
+    /// Connects to `addr` from 127.0.0.1.
+    pub async fn open(addr: SocketAddr) -> Connection {
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("handshake");
+        tokio::spawn(connection);
+        Connection { sender }
+    }
+
+    /// Sends `request` once the previous response is read.
+    pub async fn send(&mut self, request: Request<Full<Bytes>>) -> Reply {
+        self.sender
+            .ready()
+            .await
+            .expect("the connection stays open");
+        let response = self.sender.send_request(request).await.expect("response");
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.expect("body").to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+}
+
 /// A request builder with an empty body.
 pub fn get(path: &str) -> http::request::Builder {
     Request::get(path).header("host", "test")
@@ -141,5 +174,15 @@ impl Store for Recording {
 
     async fn ready(&self) -> slidegate::Result<()> {
         Ok(())
+    }
+
+    fn acquire_now(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+    ) -> Option<slidegate::Result<Decision>> {
+        self.keys.lock().expect("lock").push(key.to_owned());
+        self.store.acquire_now(key, rules, cost)
     }
 }
