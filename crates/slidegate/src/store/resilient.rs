@@ -5,8 +5,10 @@
 //! - a **deadline** per call (`timeout`, default 50 ms): a stalled backend
 //!   costs at most that much;
 //! - a **circuit breaker**: after `failure_threshold` failures in a row no
-//!   call is made at all; after a cool-down (200 ms, doubling to 5 s) one
-//!   probe goes through, and the first success closes it again;
+//!   call is made at all; after a cool-down (200 ms, doubling to 1 s) one
+//!   probe goes through, and the first success closes it again. A backend
+//!   that is down is probed at least once a second, however long it was
+//!   down, so decisions go back to it about a second after it returns;
 //! - a **bound on calls in flight** (`max_in_flight`, default 1024): no
 //!   pile-up of waiting tasks when the backend is slow;
 //! - a **failure policy** for every decision the backend could not make:
@@ -153,7 +155,7 @@ impl<S: Store> ResilientStore<S> {
             timeout: Duration::from_millis(50),
             policy_retry_after: Duration::from_secs(1),
             failure_threshold: 5,
-            cooldown: (Duration::from_millis(200), Duration::from_secs(5)),
+            cooldown: (Duration::from_millis(200), Duration::from_secs(1)),
             max_in_flight: 1024,
             deny_cache: Some(100_000),
             local_max_keys: 100_000,
@@ -217,7 +219,8 @@ impl<S: Store> ResilientStoreBuilder<S> {
     }
 
     /// The first and the longest cool-down of an open circuit (default
-    /// 200 ms, doubling up to 5 s).
+    /// 200 ms, doubling up to 1 s). The longest one bounds how long
+    /// decisions stay with the policy after the backend is back.
     pub fn cooldown(mut self, first: Duration, longest: Duration) -> Self {
         self.cooldown = (first, longest);
         self

@@ -199,6 +199,36 @@ async fn the_circuit_opens_then_probes_and_closes() {
     assert_eq!(backend.calls(), calls + 1);
 }
 
+/// After a long outage the cool-down has doubled to its longest: that, not
+/// the outage, bounds how long the policy keeps deciding once the backend
+/// is back.
+#[tokio::test]
+async fn after_a_long_outage_the_store_is_used_again_within_a_second() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = ResilientStore::builder(backend.clone())
+        .policy(FailurePolicy::Deny)
+        .clock(clock.clone())
+        .build();
+    let rules = [rule("100/1s")];
+    backend.set(FAIL);
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_millis(3_100) {
+        assert!(store.acquire("k", &rules, 1).await.unwrap().degraded());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    backend.set(OK);
+    let back = Instant::now();
+    while store.acquire("k", &rules, 1).await.unwrap().degraded() {
+        assert!(
+            back.elapsed() < Duration::from_millis(1_200),
+            "still deciding by policy {:?} after the store came back",
+            back.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test]
 async fn calls_in_flight_are_bounded() {
     let clock = ManualClock::new();
