@@ -194,33 +194,7 @@ impl TestServer {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> Reply {
-        let exchange = async {
-            let stream = TcpStream::connect(self.addr).await.unwrap();
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            let mut request = Request::builder()
-                .method(method)
-                .uri(path)
-                .header("host", self.addr.to_string());
-            for (name, value) in headers {
-                request = request.header(*name, *value);
-            }
-            let request = request.body(Full::new(Bytes::from(body))).unwrap();
-            let response = sender.send_request(request).await.unwrap();
-            let (parts, body) = response.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            Reply {
-                status: parts.status,
-                headers: parts.headers,
-                body,
-            }
-        };
-        tokio::time::timeout(DEADLINE, exchange)
-            .await
-            .expect("the server did not answer in time")
+        request_to(self.addr, method, path, headers, body).await
     }
 
     /// Writes `request` as is on a fresh connection (without closing the
@@ -244,6 +218,47 @@ impl Drop for TestServer {
         }
         self.task.abort();
     }
+}
+
+/// One request to `addr` on a fresh connection, with hyper's HTTP/1.1 client.
+pub async fn request_to(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Reply {
+    let exchange = async {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", addr.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::from(body))).unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    };
+    tokio::time::timeout(DEADLINE, exchange)
+        .await
+        .expect("the server did not answer in time")
+}
+
+/// `GET path` from `addr`.
+pub async fn get(addr: SocketAddr, path: &str) -> Reply {
+    request_to(addr, Method::GET, path, &[], Vec::new()).await
 }
 
 /// An answer: status, headers, body.

@@ -33,7 +33,8 @@ impl Redis {
         Redis::start_on(free_port(false), extra)
     }
 
-    fn start_on(port: u16, extra: &[&str]) -> Redis {
+    /// A node on `port` (one a server was told to use before it existed).
+    pub fn start_on(port: u16, extra: &[&str]) -> Redis {
         let mut redis = Redis {
             child: None,
             port,
@@ -216,17 +217,14 @@ impl Cluster {
         format!("redis+cluster://{}", hosts.join(","))
     }
 
-    /// The running node that serves `slot` as a master now.
-    pub fn master_of(&self, slot: u16) -> usize {
-        self.nodes
-            .iter()
-            .position(|n| {
-                n.is_running()
-                    && n.command(&["INFO", "replication"])
-                        .is_ok_and(|v| text_of(&v).contains("role:master"))
-                    && owns_slot(n, slot)
-            })
-            .expect("a master for the slot")
+    /// The running node that serves `slot` as a master now, if any.
+    pub fn master_of(&self, slot: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| {
+            n.is_running()
+                && n.command(&["INFO", "replication"])
+                    .is_ok_and(|v| text_of(&v).contains("role:master"))
+                && owns_slot(n, slot)
+        })
     }
 }
 
