@@ -369,3 +369,75 @@ pub fn most_in_one_window<'a>(
         .max()
         .unwrap_or(0)
 }
+
+/// Notices when this machine stops running the tests' threads: a thread
+/// that asks to wake every 5 ms and records each wake-up that came late.
+/// A slow answer that overlaps such a stall says nothing about the server
+/// (on a busy 2-core machine, every process stalls together).
+pub struct StallWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Stall>>,
+}
+
+/// The machine ran nothing of ours between `from` and `to`.
+#[derive(Clone, Copy, Debug)]
+pub struct Stall {
+    pub from: Instant,
+    pub to: Instant,
+}
+
+impl Stall {
+    pub fn length(&self) -> Duration {
+        self.to - self.from
+    }
+}
+
+/// Wake-ups later than this count as a stall.
+const STALL: Duration = Duration::from_millis(30);
+
+impl StallWatch {
+    pub fn start() -> StallWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut stalls = Vec::new();
+            let mut last = Instant::now();
+            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(5));
+                let now = Instant::now();
+                if now - last > STALL {
+                    stalls.push(Stall {
+                        from: last,
+                        to: now,
+                    });
+                }
+                last = now;
+            }
+            stalls
+        });
+        StallWatch { stop, thread }
+    }
+
+    pub fn stop(self) -> Stalls {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        Stalls(self.thread.join().expect("the stall watch"))
+    }
+}
+
+/// The stalls seen during a test.
+#[derive(Clone, Debug, Default)]
+pub struct Stalls(pub Vec<Stall>);
+
+impl Stalls {
+    /// True when a stall of at least `least` overlaps `from..to`, or
+    /// ended no more than `after` before `from`.
+    pub fn overlap(&self, from: Instant, to: Instant, least: Duration, after: Duration) -> bool {
+        self.0
+            .iter()
+            .any(|s| s.length() >= least && s.from < to && s.to + after > from)
+    }
+
+    pub fn longest(&self) -> Duration {
+        self.0.iter().map(Stall::length).max().unwrap_or_default()
+    }
+}
