@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::redis::{Cluster, key_slot};
 use http::StatusCode;
-use load::{Answer, Latencies, Load, Plan, Sample, StallWatch};
+use load::{Answer, Latencies, Load, Sample, StallWatch};
 use outage::*;
 use slidegate::store::resilient::FailurePolicy;
 
@@ -25,12 +25,8 @@ async fn a_cluster_master_killed_fails_over_and_slidegate_follows() {
     let cluster = off_thread(|| Cluster::start(3, 1, 1_000)).await;
     let server = in_process(&cluster.url(), FailurePolicy::Deny, STORE_TIMEOUT).await;
     let grpc = server.grpc_addr.expect("a gRPC listener");
-    let many = Plan {
-        keys: 6,
-        ..plan("failover")
-    };
     let watch = StallWatch::start();
-    let load = Load::start(server.addr, grpc, &many);
+    let load = Load::start(server.addr, grpc, &plan("failover"));
     tokio::time::sleep(Duration::from_secs(1)).await;
     // The master of the first HTTP key (its Redis keys are `{failover0}`).
     let slot = key_slot("{failover0}");

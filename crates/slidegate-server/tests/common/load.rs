@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
@@ -78,8 +80,10 @@ pub struct Plan {
     pub grpc_workers: usize,
     /// Each worker sends one request per `pace` (fewer when answers are slower).
     pub pace: Duration,
-    /// Keys per protocol, `{prefix}0` … ; workers go round them.
-    pub keys: usize,
+    /// Keys of the HTTP workers, `{prefix}0` … ; they go round them.
+    pub http_keys: usize,
+    /// Keys of the gRPC workers, likewise.
+    pub grpc_keys: usize,
     pub prefix: String,
     /// The HTTP rule; gRPC uses the config's rule for domain `faults`,
     /// descriptor `k`.
@@ -129,8 +133,8 @@ impl Load {
     }
 }
 
-fn key(plan: &Plan, worker: usize, n: usize) -> String {
-    format!("{}{}", plan.prefix, (worker + n) % plan.keys.max(1))
+fn key(plan: &Plan, keys: usize, worker: usize, n: usize) -> String {
+    format!("{}{}", plan.prefix, (worker + n) % keys.max(1))
 }
 
 /// A ticker at the plan's pace that ends when the load is stopped.
@@ -182,7 +186,7 @@ async fn http_worker(
         if !pace.next().await {
             break;
         }
-        let key = key(&plan, worker, n);
+        let key = key(&plan, plan.http_keys, worker, n);
         let body = format!(
             r#"{{"key":"{key}","limit":{},"window_ms":{window_ms}}}"#,
             plan.limit
@@ -268,7 +272,7 @@ async fn grpc_worker(
         if !pace.next().await {
             break;
         }
-        let key = key(&plan, worker, n);
+        let key = key(&plan, plan.grpc_keys, worker, n);
         let request = RateLimitRequest {
             domain: "faults".into(),
             descriptors: vec![RateLimitDescriptor {
@@ -375,8 +379,9 @@ pub fn most_in_one_window<'a>(
 /// A slow answer that overlaps such a stall says nothing about the server
 /// (on a busy 2-core machine, every process stalls together).
 pub struct StallWatch {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: std::thread::JoinHandle<Vec<Stall>>,
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<Stall>>>,
+    thread: std::thread::JoinHandle<()>,
 }
 
 /// The machine ran nothing of ours between `from` and `to`.
@@ -397,30 +402,36 @@ const STALL: Duration = Duration::from_millis(30);
 
 impl StallWatch {
     pub fn start() -> StallWatch {
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = std::sync::Arc::clone(&stop);
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (stopped, sink) = (Arc::clone(&stop), Arc::clone(&seen));
         let thread = std::thread::spawn(move || {
-            let mut stalls = Vec::new();
             let mut last = Instant::now();
-            while !stopped.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stopped.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(5));
                 let now = Instant::now();
                 if now - last > STALL {
-                    stalls.push(Stall {
+                    sink.lock().expect("the stall list").push(Stall {
                         from: last,
                         to: now,
                     });
                 }
                 last = now;
             }
-            stalls
         });
-        StallWatch { stop, thread }
+        StallWatch { stop, seen, thread }
+    }
+
+    /// The stalls seen so far.
+    pub fn so_far(&self) -> Stalls {
+        Stalls(self.seen.lock().expect("the stall list").clone())
     }
 
     pub fn stop(self) -> Stalls {
-        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        Stalls(self.thread.join().expect("the stall watch"))
+        self.stop.store(true, Ordering::Relaxed);
+        let StallWatch { seen, thread, .. } = self;
+        thread.join().expect("the stall watch");
+        Stalls(seen.lock().expect("the stall list").clone())
     }
 }
 

@@ -22,8 +22,10 @@ pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// `--store-timeout-ms` of the fault tests.
 pub const STORE_TIMEOUT: Duration = Duration::from_millis(100);
 /// What an answer may take beyond the store timeout: the HTTP or gRPC
-/// round trip and scheduling on a busy machine.
-pub const MARGIN: Duration = Duration::from_millis(150);
+/// round trip of a debug build, on 2 cores shared with the clients, Redis
+/// and whatever else runs. Well under what an unbounded call would wait
+/// for (the 1 s connect timeout, the client's reconnection pauses).
+pub const MARGIN: Duration = Duration::from_millis(400);
 /// How soon after Redis is back every answer must come from it again.
 ///
 /// The target is 2 s. What bounds it today is the Redis client's reconnect
@@ -50,12 +52,18 @@ pub fn rules_file(dir: &Path) -> String {
     path.to_str().expect("a UTF-8 path").to_owned()
 }
 
+/// 3 HTTP and 2 gRPC clients, each sending one request per 10 ms (fewer
+/// on a busy machine). The 2 HTTP counters run into their limit within the
+/// first second, so the deny cache answers many HTTP requests; the 40 gRPC
+/// counters (at most 5 requests/s each) stay under it, so gRPC requests
+/// always need the store.
 pub fn plan(prefix: &str) -> Plan {
     Plan {
         http_workers: 3,
         grpc_workers: 2,
         pace: Duration::from_millis(10),
-        keys: 3,
+        http_keys: 2,
+        grpc_keys: 40,
         prefix: prefix.to_owned(),
         limit: LIMIT,
         window: WINDOW,
@@ -119,7 +127,7 @@ pub fn assert_within_deadline(what: &str, samples: &[Sample], stalls: &Stalls) {
     let (slow, excused): (Vec<&Sample>, Vec<&Sample>) = samples
         .iter()
         .filter(|s| s.latency() > STORE_TIMEOUT + MARGIN)
-        .partition(|s| !stalls.overlap(s.sent, s.done, MARGIN / 3, Duration::ZERO));
+        .partition(|s| !stalls.overlap(s.sent, s.done, STORE_TIMEOUT / 2, Duration::ZERO));
     if !excused.is_empty() {
         eprintln!(
             "{what}: {} slow answers overlapped a stall of the machine (longest {:?})",
