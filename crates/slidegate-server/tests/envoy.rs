@@ -1,7 +1,9 @@
 //! Envoy's rate limit service end to end: the same cases over gRPC
 //! (`ShouldRateLimit`, with a tonic client) and over `POST /v1/check`, on a
 //! real server with envoyproxy/ratelimit's own example rules; rule reloads
-//! through the server; metrics; the admin route; gRPC health.
+//! through the server; metrics; the admin route; gRPC health. Each runs on
+//! the memory store and on a real Redis (`NAME::memory`, `NAME::redis`);
+//! the multi-descriptor case also runs on a 3-master Redis Cluster.
 
 mod common;
 
@@ -9,7 +11,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::TestServer;
+use common::redis::Cluster;
+use common::{StoreKind, TestServer};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
@@ -17,8 +20,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::google::protobuf::UInt64Value;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
-use slidegate::MemoryStore;
+use slidegate::store::resilient::FailurePolicy;
+use slidegate_server::backend::{Backend, StoreUrl};
 use slidegate_server::config::{LiveConfig, LoadOptions};
+use slidegate_server::grpc::DEGRADED_METADATA;
 use slidegate_server::http::AppState;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
@@ -30,8 +35,24 @@ fn example_rules() -> Arc<LiveConfig> {
     Arc::new(LiveConfig::load(vec![path], LoadOptions::default()).unwrap())
 }
 
-async fn server_with(rules: &LiveConfig) -> TestServer {
-    let state = AppState::new(MemoryStore::new())
+on_every_store!(
+    grpc_and_json_give_the_same_answers_on_the_upstream_example,
+    wildcards_anywhere_in_a_value_over_grpc,
+    bad_requests_are_invalid_argument_and_400,
+    a_rule_change_on_disk_reaches_grpc_without_a_restart,
+    metrics_move_with_traffic,
+    the_admin_route_needs_the_token,
+    grpc_health_reports_serving,
+);
+
+/// Both protocols on a fresh store of `kind`, with `rules`.
+async fn server_with(kind: StoreKind, rules: &LiveConfig) -> TestServer {
+    let store = kind.open().await;
+    serve(store.backend, rules).await.keeping(store.redis)
+}
+
+async fn serve(backend: Backend, rules: &LiveConfig) -> TestServer {
+    let state = AppState::new(backend)
         .with_config(rules.current())
         .with_admin_token(Some("s3cret".into()))
         .with_metrics(slidegate_server::metrics::install());
@@ -39,11 +60,11 @@ async fn server_with(rules: &LiveConfig) -> TestServer {
 }
 
 /// One descriptor: entries, and an optional per-descriptor hits_addend.
-type Descriptor = (Vec<(&'static str, &'static str)>, Option<u64>);
+type Descriptor<'a> = (Vec<(&'a str, &'a str)>, Option<u64>);
 
 /// An Envoy check, asked over either protocol; the answer reduced to the
 /// overall code and each descriptor's code and remaining units.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug)]
 enum Protocol {
     Grpc,
     Json,
@@ -59,7 +80,7 @@ async fn ask(
     server: &TestServer,
     protocol: Protocol,
     domain: &str,
-    descriptors: &[Descriptor],
+    descriptors: &[Descriptor<'_>],
     hits: u32,
 ) -> Answer {
     match protocol {
@@ -86,11 +107,12 @@ async fn ask(
                     .collect(),
                 hits_addend: hits,
             };
-            let response = client
-                .should_rate_limit(request)
-                .await
-                .unwrap()
-                .into_inner();
+            let response = client.should_rate_limit(request).await.unwrap();
+            assert!(
+                response.metadata().get(DEGRADED_METADATA).is_none(),
+                "decided by the failure policy, not the store"
+            );
+            let response = response.into_inner();
             Answer {
                 over_limit: response.overall_code == 2,
                 statuses: response
@@ -112,6 +134,7 @@ async fn ask(
             });
             let reply = server.post_json("/v1/check", &body.to_string()).await;
             let json = reply.json();
+            assert!(json.get("degraded").is_none(), "{json}");
             let over_limit = json["overallCode"] == "OVER_LIMIT";
             assert_eq!(
                 reply.status,
@@ -142,7 +165,7 @@ async fn ask(
 
 /// One check: descriptors, request hits_addend, whether the request is
 /// over the limit, and each descriptor's (over, remaining).
-type Step = (Vec<Descriptor>, u32, bool, Vec<(bool, u64)>);
+type Step = (Vec<Descriptor<'static>>, u32, bool, Vec<(bool, u64)>);
 
 /// A sequence of checks and the answers expected, one per step.
 struct Case {
@@ -150,7 +173,7 @@ struct Case {
     steps: Vec<Step>,
 }
 
-fn d(entries: &[(&'static str, &'static str)]) -> Descriptor {
+fn d(entries: &[(&'static str, &'static str)]) -> Descriptor<'static> {
     (entries.to_vec(), None)
 }
 
@@ -257,13 +280,13 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-#[tokio::test]
-async fn grpc_and_json_give_the_same_answers_on_the_upstream_example() {
+async fn grpc_and_json_give_the_same_answers_on_the_upstream_example(kind: StoreKind) {
+    let store = kind.open().await;
     for protocol in [Protocol::Grpc, Protocol::Json] {
         for case in cases() {
-            // A fresh server per case: cases do not share counters.
+            // A fresh server and store per case: cases do not share counters.
             let rules = example_rules();
-            let server = server_with(&rules).await;
+            let server = serve(store.fresh().await, &rules).await;
             let domain = if case.name.starts_with("an unknown") {
                 "nope"
             } else {
@@ -281,15 +304,14 @@ async fn grpc_and_json_give_the_same_answers_on_the_upstream_example() {
     }
 }
 
-#[tokio::test]
-async fn wildcards_anywhere_in_a_value_over_grpc() {
-    let dir = std::env::temp_dir().join(format!("slidegate-envoy-wild-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+async fn wildcards_anywhere_in_a_value_over_grpc(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
     let source = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/data/envoy-ratelimit/valid/wildcard.yaml");
-    std::fs::copy(source, dir.join("wildcard.yaml")).unwrap();
-    let rules = Arc::new(LiveConfig::load(vec![dir.clone()], LoadOptions::default()).unwrap());
-    let server = server_with(&rules).await;
+    std::fs::copy(source, dir.path().join("wildcard.yaml")).unwrap();
+    let rules =
+        Arc::new(LiveConfig::load(vec![dir.path().to_owned()], LoadOptions::default()).unwrap());
+    let server = server_with(kind, &rules).await;
     let limited = ask(
         &server,
         Protocol::Grpc,
@@ -308,13 +330,11 @@ async fn wildcards_anywhere_in_a_value_over_grpc() {
     )
     .await;
     assert_eq!(unmatched.statuses, [(false, 0)]);
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
-#[tokio::test]
-async fn bad_requests_are_invalid_argument_and_400() {
+async fn bad_requests_are_invalid_argument_and_400(kind: StoreKind) {
     let rules = example_rules();
-    let server = server_with(&rules).await;
+    let server = server_with(kind, &rules).await;
     let addr = server.grpc_addr.unwrap();
     let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
         .await
@@ -358,22 +378,21 @@ async fn bad_requests_are_invalid_argument_and_400() {
     assert_eq!(reply.status, StatusCode::OK);
 }
 
-#[tokio::test]
-async fn a_rule_change_on_disk_reaches_grpc_without_a_restart() {
-    let dir = std::env::temp_dir().join(format!("slidegate-envoy-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+async fn a_rule_change_on_disk_reaches_grpc_without_a_restart(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
     let rules_of = |limit: u32| {
         format!(
             "domain: live\ndescriptors:\n  - key: k\n    rate_limit: {{unit: minute, requests_per_unit: {limit}}}\n"
         )
     };
-    std::fs::write(dir.join("rules.yaml"), rules_of(1)).unwrap();
-    let live = Arc::new(LiveConfig::load(vec![dir.clone()], LoadOptions::default()).unwrap());
+    std::fs::write(dir.path().join("rules.yaml"), rules_of(1)).unwrap();
+    let live =
+        Arc::new(LiveConfig::load(vec![dir.path().to_owned()], LoadOptions::default()).unwrap());
     let _watch = live.watch(Duration::from_millis(50)).unwrap();
-    let server = server_with(&live).await;
+    let server = server_with(kind, &live).await;
     let first = ask(&server, Protocol::Grpc, "live", &[d(&[("k", "v")])], 1).await;
     assert_eq!(first.statuses, [(false, 0)]);
-    std::fs::write(dir.join("rules.yaml"), rules_of(100)).unwrap();
+    std::fs::write(dir.path().join("rules.yaml"), rules_of(100)).unwrap();
     let start = std::time::Instant::now();
     loop {
         let answer = ask(&server, Protocol::Grpc, "live", &[d(&[("k", "w")])], 1).await;
@@ -386,7 +405,6 @@ async fn a_rule_change_on_disk_reaches_grpc_without_a_restart() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 fn counter(metrics: &str, needle: &[&str]) -> f64 {
@@ -397,36 +415,33 @@ fn counter(metrics: &str, needle: &[&str]) -> f64 {
         .sum()
 }
 
-#[tokio::test]
-async fn metrics_move_with_traffic() {
+async fn metrics_move_with_traffic(kind: StoreKind) {
     let rules = example_rules();
-    let server = server_with(&rules).await;
+    let server = server_with(kind, &rules).await;
     let scrape =
         || async { String::from_utf8(server.get("/metrics").await.body.to_vec()).unwrap() };
+    // The recorder is shared by every test of this process: `unspec` has a
+    // detailed metric, so a value of this test's own gets counters of its own.
+    let value = format!("metrics-{kind:?}");
+    let rule = format!("rule=\"rl.unspec_{value}\"");
     let before = scrape().await;
     let denied = [
         "slidegate_decisions_total",
         "source=\"check\"",
         "domain=\"rl\"",
-        "rule=\"rl.foo\"",
+        &rule,
         "outcome=\"denied\"",
     ];
     let allowed = [
         "slidegate_decisions_total",
         "source=\"check\"",
         "domain=\"rl\"",
-        "rule=\"rl.foo\"",
+        &rule,
         "outcome=\"allowed\"",
     ];
     for _ in 0..3 {
-        ask(
-            &server,
-            Protocol::Grpc,
-            "rl",
-            &[d(&[("foo", "metrics")])],
-            1,
-        )
-        .await;
+        let descriptor = (vec![("unspec", value.as_str())], None);
+        ask(&server, Protocol::Grpc, "rl", &[descriptor], 1).await;
     }
     server
         .post_json("/v1/acquire", r#"{"key":"m","limit":1,"window_ms":60000}"#)
@@ -450,10 +465,9 @@ async fn metrics_move_with_traffic() {
     );
 }
 
-#[tokio::test]
-async fn the_admin_route_needs_the_token() {
+async fn the_admin_route_needs_the_token(kind: StoreKind) {
     let rules = example_rules();
-    let server = server_with(&rules).await;
+    let server = server_with(kind, &rules).await;
     let body = r#"{"key":"admin:k","limit":1,"window_ms":60000}"#;
     assert_eq!(
         server.post_json("/v1/acquire", body).await.status,
@@ -508,10 +522,9 @@ async fn the_admin_route_needs_the_token() {
     assert_eq!(disabled.json()["error"]["code"], Value::from("forbidden"));
 }
 
-#[tokio::test]
-async fn grpc_health_reports_serving() {
+async fn grpc_health_reports_serving(kind: StoreKind) {
     let rules = example_rules();
-    let server = server_with(&rules).await;
+    let server = server_with(kind, &rules).await;
     let addr = server.grpc_addr.unwrap();
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .unwrap()
@@ -537,5 +550,68 @@ async fn grpc_health_reports_serving() {
             "not SERVING: {status}"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// On Redis Cluster a request's descriptors are decided slot by slot: a
+/// descriptor whose counter lives in another slot is decided on its own,
+/// so it is charged even when another descriptor is over its limit; hits
+/// on one counter still pass or fail together.
+#[tokio::test]
+async fn descriptors_are_decided_per_slot_on_a_redis_cluster() {
+    let cluster = Cluster::start(3, 0, 5_000);
+    let url = StoreUrl::Redis(cluster.url());
+    let backend = common::backend(url, FailurePolicy::Deny, 5_000).await;
+    assert_eq!(backend.kind(), "redis_cluster");
+    let rules = example_rules();
+    let server = serve(backend, &rules).await;
+    for protocol in [Protocol::Grpc, Protocol::Json] {
+        // The counters are `rl|KEY=VALUE`, kept by Redis under
+        // `slidegate:{rl|KEY=VALUE}:RATE`, in the slot of the braced part.
+        let (foo, other) = (format!("{protocol:?}"), format!("{protocol:?}-other"));
+        let slot = |counter: String| {
+            cluster.nodes[0].text(&[
+                "CLUSTER",
+                "KEYSLOT",
+                &format!("slidegate:{{{counter}}}:2/1m"),
+            ])
+        };
+        assert_ne!(
+            slot(format!("rl|foo={foo}")),
+            slot(format!("rl|unspec={other}"))
+        );
+        let foo = || (vec![("foo", foo.as_str())], None);
+        let unspec = || (vec![("unspec", other.as_str())], None);
+        let steps = [
+            (vec![foo(), unspec()], false, vec![(false, 1), (false, 1)]),
+            (vec![unspec()], false, vec![(false, 0)]),
+            // `unspec` is full: on one node, `foo` would not be charged.
+            (vec![foo(), unspec()], true, vec![(false, 0), (true, 0)]),
+            (vec![foo()], true, vec![(true, 0)]),
+        ];
+        for (i, (descriptors, over, statuses)) in steps.into_iter().enumerate() {
+            let answer = ask(&server, protocol, "rl", &descriptors, 1).await;
+            let expected = Answer {
+                over_limit: over,
+                statuses,
+            };
+            assert_eq!(answer, expected, "{protocol:?}, slots apart, step {i}");
+        }
+        // Two hits on one counter (one slot): all or nothing.
+        let same = format!("{protocol:?}-same");
+        let one = || (vec![("unspec", same.as_str())], None);
+        let steps = [
+            (vec![one()], false, vec![(false, 1)]),
+            (vec![one(), one()], true, vec![(false, 1), (true, 1)]),
+            (vec![one()], false, vec![(false, 0)]),
+        ];
+        for (i, (descriptors, over, statuses)) in steps.into_iter().enumerate() {
+            let answer = ask(&server, protocol, "rl", &descriptors, 1).await;
+            let expected = Answer {
+                over_limit: over,
+                statuses,
+            };
+            assert_eq!(answer, expected, "{protocol:?}, one slot, step {i}");
+        }
     }
 }

@@ -1,22 +1,37 @@
 //! The HTTP API v1 over real loopback sockets: every route, every status,
-//! the exact headers and bodies.
+//! the exact headers and bodies. The decisions are checked on the memory
+//! store and on a real Redis (`NAME::memory`, `NAME::redis`).
 
 mod common;
 
 use std::time::Duration;
 
-use common::TestServer;
+use common::{StoreKind, TestServer};
 use http::{Method, StatusCode};
 use serde_json::json;
 use slidegate::{Decision, Hit, MemoryStore, Rule, Store};
+
+on_every_store!(
+    an_allowed_request_gets_200_the_documented_body_and_draft_10_headers,
+    requests_past_the_limit_get_429_with_retry_after,
+    waits_and_windows_are_whole_seconds_rounded_up,
+    cost_consumes_that_many_units_and_zero_consumes_none,
+    each_algorithm_keeps_its_own_state,
+    several_rules_pass_or_fail_together_and_are_listed_in_the_headers,
+    peek_reports_usage_without_consuming,
+    peek_of_an_exhausted_key_is_200_with_allowed_false,
+    peek_of_an_unknown_key_reports_the_full_quota,
+    peek_decodes_percent_encoded_keys,
+    healthz_is_200_while_serving,
+    readyz_is_200_when_the_store_answers
+);
 
 fn acquire_body(key: &str, limit: u64, window_ms: u64) -> String {
     json!({"key": key, "limit": limit, "window_ms": window_ms}).to_string()
 }
 
-#[tokio::test]
-async fn an_allowed_request_gets_200_the_documented_body_and_draft_10_headers() {
-    let server = TestServer::memory().await;
+async fn an_allowed_request_gets_200_the_documented_body_and_draft_10_headers(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let reply = server
         .post_json("/v1/acquire", &acquire_body("login:10.0.0.1", 100, 60_000))
         .await;
@@ -37,9 +52,8 @@ async fn an_allowed_request_gets_200_the_documented_body_and_draft_10_headers() 
     assert_eq!(reply.header("retry-after"), None);
 }
 
-#[tokio::test]
-async fn requests_past_the_limit_get_429_with_retry_after() {
-    let server = TestServer::memory().await;
+async fn requests_past_the_limit_get_429_with_retry_after(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let body = acquire_body("k", 3, 60_000);
     for remaining in [2, 1, 0] {
         let reply = server.post_json("/v1/acquire", &body).await;
@@ -67,9 +81,8 @@ async fn requests_past_the_limit_get_429_with_retry_after() {
     );
 }
 
-#[tokio::test]
-async fn waits_and_windows_are_whole_seconds_rounded_up() {
-    let server = TestServer::memory().await;
+async fn waits_and_windows_are_whole_seconds_rounded_up(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let body = acquire_body("round", 1, 1_900);
     assert_eq!(
         server.post_json("/v1/acquire", &body).await.status,
@@ -97,9 +110,8 @@ async fn waits_and_windows_are_whole_seconds_rounded_up() {
     assert_eq!(short.header("ratelimit"), Some(r#""default";r=4;t=1"#));
 }
 
-#[tokio::test]
-async fn cost_consumes_that_many_units_and_zero_consumes_none() {
-    let server = TestServer::memory().await;
+async fn cost_consumes_that_many_units_and_zero_consumes_none(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let with_cost = |cost: u64| {
         json!({"key": "bulk", "limit": 10, "window_ms": 60_000, "cost": cost}).to_string()
     };
@@ -114,9 +126,8 @@ async fn cost_consumes_that_many_units_and_zero_consumes_none() {
     assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
 }
 
-#[tokio::test]
-async fn each_algorithm_keeps_its_own_state() {
-    let server = TestServer::memory().await;
+async fn each_algorithm_keeps_its_own_state(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let body = |algorithm: &str| {
         json!({"key": "algo", "limit": 1, "window_ms": 60_000, "algorithm": algorithm}).to_string()
     };
@@ -128,9 +139,8 @@ async fn each_algorithm_keeps_its_own_state() {
     }
 }
 
-#[tokio::test]
-async fn several_rules_pass_or_fail_together_and_are_listed_in_the_headers() {
-    let server = TestServer::memory().await;
+async fn several_rules_pass_or_fail_together_and_are_listed_in_the_headers(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let body = json!({
         "key": "user:42",
         "rules": [
@@ -168,9 +178,8 @@ async fn several_rules_pass_or_fail_together_and_are_listed_in_the_headers() {
     assert_eq!(hour.json()["remaining"], 3);
 }
 
-#[tokio::test]
-async fn peek_reports_usage_without_consuming() {
-    let server = TestServer::memory().await;
+async fn peek_reports_usage_without_consuming(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let body = acquire_body("peeked", 3, 60_000);
     server.post_json("/v1/acquire", &body).await;
     server.post_json("/v1/acquire", &body).await;
@@ -196,9 +205,8 @@ async fn peek_reports_usage_without_consuming() {
     assert_eq!(last.json()["remaining"], 0);
 }
 
-#[tokio::test]
-async fn peek_of_an_exhausted_key_is_200_with_allowed_false() {
-    let server = TestServer::memory().await;
+async fn peek_of_an_exhausted_key_is_200_with_allowed_false(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     server
         .post_json("/v1/acquire", &acquire_body("spent", 1, 60_000))
         .await;
@@ -217,9 +225,8 @@ async fn peek_of_an_exhausted_key_is_200_with_allowed_false() {
     assert_eq!(peek.header("retry-after"), None);
 }
 
-#[tokio::test]
-async fn peek_of_an_unknown_key_reports_the_full_quota() {
-    let server = TestServer::memory().await;
+async fn peek_of_an_unknown_key_reports_the_full_quota(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let peek = server
         .get("/v1/keys/never-seen?limit=7&window_ms=1000&algorithm=gcra")
         .await;
@@ -228,9 +235,8 @@ async fn peek_of_an_unknown_key_reports_the_full_quota() {
     assert_eq!(peek.json()["remaining"], 7);
 }
 
-#[tokio::test]
-async fn peek_decodes_percent_encoded_keys() {
-    let server = TestServer::memory().await;
+async fn peek_decodes_percent_encoded_keys(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     server
         .post_json("/v1/acquire", &acquire_body("a/b c:{tag}", 2, 60_000))
         .await;
@@ -241,17 +247,15 @@ async fn peek_decodes_percent_encoded_keys() {
     assert_eq!(peek.json()["remaining"], 1);
 }
 
-#[tokio::test]
-async fn healthz_is_200_while_serving() {
-    let server = TestServer::memory().await;
+async fn healthz_is_200_while_serving(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let reply = server.get("/healthz").await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.json(), json!({"status": "ok"}));
 }
 
-#[tokio::test]
-async fn readyz_is_200_when_the_store_answers() {
-    let server = TestServer::memory().await;
+async fn readyz_is_200_when_the_store_answers(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
     let reply = server.get("/readyz").await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(reply.json(), json!({"status": "ready"}));

@@ -9,15 +9,101 @@ use axum::body::Bytes;
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+use slidegate::store::resilient::FailurePolicy;
 use slidegate::{MemoryStore, Store};
+use slidegate_server::backend::{Backend, StoreUrl};
+use slidegate_server::cli::{ClockMode, StoreArgs};
 use slidegate_server::http::{AppState, router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+pub mod redis;
+
 /// How long any test waits for an answer before failing.
 pub const DEADLINE: Duration = Duration::from_secs(10);
+
+/// The store a test's server decides with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `--store memory`
+    Memory,
+    /// `--store redis://…` on a fresh redis-server of the test's own.
+    Redis,
+}
+
+/// A store opened as `slidegate serve --store …` opens it, and the
+/// redis-server behind it, stopped on drop.
+pub struct TestStore {
+    pub backend: Backend,
+    pub redis: Option<redis::Redis>,
+}
+
+impl StoreKind {
+    /// Opens the store. A Redis store fails closed (`--on-store-error
+    /// deny`) with a generous deadline, so a test that expects an
+    /// admission can never pass on a decision the store did not make.
+    pub async fn open(self) -> TestStore {
+        let redis = match self {
+            StoreKind::Memory => None,
+            StoreKind::Redis => Some(redis::Redis::start()),
+        };
+        let backend = TestStore::backend_on(redis.as_ref()).await;
+        TestStore { backend, redis }
+    }
+}
+
+impl TestStore {
+    /// A fresh backend on the same Redis after `FLUSHALL` (or a fresh
+    /// memory store): no counter survives from earlier steps.
+    pub async fn fresh(&self) -> Backend {
+        if let Some(redis) = &self.redis {
+            redis.text(&["FLUSHALL"]);
+        }
+        TestStore::backend_on(self.redis.as_ref()).await
+    }
+
+    async fn backend_on(redis: Option<&redis::Redis>) -> Backend {
+        let url = match redis {
+            None => StoreUrl::Memory,
+            Some(redis) => StoreUrl::Redis(redis.url()),
+        };
+        backend(url, FailurePolicy::Deny, 5_000).await
+    }
+}
+
+/// The backend `slidegate serve --store URL --on-store-error POLICY
+/// --store-timeout-ms TIMEOUT_MS` decides with.
+pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> Backend {
+    let args = StoreArgs {
+        url,
+        on_error: policy,
+        timeout_ms,
+        clock: ClockMode::Server,
+        max_keys: 1_000_000,
+    };
+    Backend::connect(&args).await.expect("the store opens")
+}
+
+/// Runs each `async fn NAME(kind: StoreKind)` twice, as the tests
+/// `NAME::memory` and `NAME::redis`.
+#[macro_export]
+macro_rules! on_every_store {
+    ($($name:ident),+ $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn memory() {
+                super::$name($crate::common::StoreKind::Memory).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                super::$name($crate::common::StoreKind::Redis).await;
+            }
+        }
+    )+};
+}
 
 /// The router served on `127.0.0.1:0`, stopped on drop.
 pub struct TestServer {
@@ -26,6 +112,8 @@ pub struct TestServer {
     pub grpc_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<std::io::Result<()>>,
+    /// Kept alive until the server stops (a redis-server, say).
+    guards: Vec<Box<dyn Send>>,
 }
 
 impl TestServer {
@@ -42,6 +130,7 @@ impl TestServer {
             grpc_addr: None,
             stop: Some(stop),
             task,
+            guards: Vec::new(),
         }
     }
 
@@ -63,11 +152,24 @@ impl TestServer {
             grpc_addr: Some(grpc_addr),
             stop: Some(stop),
             task,
+            guards: Vec::new(),
         }
     }
 
     pub async fn memory() -> TestServer {
         TestServer::start(MemoryStore::new()).await
+    }
+
+    /// The HTTP API on a fresh store of `kind`.
+    pub async fn on(kind: StoreKind) -> TestServer {
+        let store = kind.open().await;
+        TestServer::start(store.backend).await.keeping(store.redis)
+    }
+
+    /// Keeps `guard` alive until the server has stopped.
+    pub fn keeping(mut self, guard: impl Send + 'static) -> TestServer {
+        self.guards.push(Box::new(guard));
+        self
     }
 
     pub async fn post_json(&self, path: &str, body: &str) -> Reply {
@@ -92,33 +194,7 @@ impl TestServer {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> Reply {
-        let exchange = async {
-            let stream = TcpStream::connect(self.addr).await.unwrap();
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream))
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            let mut request = Request::builder()
-                .method(method)
-                .uri(path)
-                .header("host", self.addr.to_string());
-            for (name, value) in headers {
-                request = request.header(*name, *value);
-            }
-            let request = request.body(Full::new(Bytes::from(body))).unwrap();
-            let response = sender.send_request(request).await.unwrap();
-            let (parts, body) = response.into_parts();
-            let body = body.collect().await.unwrap().to_bytes();
-            Reply {
-                status: parts.status,
-                headers: parts.headers,
-                body,
-            }
-        };
-        tokio::time::timeout(DEADLINE, exchange)
-            .await
-            .expect("the server did not answer in time")
+        request_to(self.addr, method, path, headers, body).await
     }
 
     /// Writes `request` as is on a fresh connection (without closing the
@@ -142,6 +218,47 @@ impl Drop for TestServer {
         }
         self.task.abort();
     }
+}
+
+/// One request to `addr` on a fresh connection, with hyper's HTTP/1.1 client.
+pub async fn request_to(
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Reply {
+    let exchange = async {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", addr.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::from(body))).unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await.unwrap().to_bytes();
+        Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        }
+    };
+    tokio::time::timeout(DEADLINE, exchange)
+        .await
+        .expect("the server did not answer in time")
+}
+
+/// `GET path` from `addr`.
+pub async fn get(addr: SocketAddr, path: &str) -> Reply {
+    request_to(addr, Method::GET, path, &[], Vec::new()).await
 }
 
 /// An answer: status, headers, body.

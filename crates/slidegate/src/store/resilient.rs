@@ -5,8 +5,10 @@
 //! - a **deadline** per call (`timeout`, default 50 ms): a stalled backend
 //!   costs at most that much;
 //! - a **circuit breaker**: after `failure_threshold` failures in a row no
-//!   call is made at all; after a cool-down (200 ms, doubling to 5 s) one
-//!   probe goes through, and the first success closes it again;
+//!   call is made at all; after a cool-down (200 ms, doubling to 1 s) one
+//!   probe goes through, and the first success closes it again. A backend
+//!   that is down is probed at least once a second, however long it was
+//!   down, so decisions go back to it about a second after it returns;
 //! - a **bound on calls in flight** (`max_in_flight`, default 1024): no
 //!   pile-up of waiting tasks when the backend is slow;
 //! - a **failure policy** for every decision the backend could not make:
@@ -16,7 +18,9 @@
 //!   [`degraded`](crate::Decision::degraded);
 //! - an exact **local deny cache** (on by default): once the backend denies
 //!   a request with `retry_after = d`, the same key, rules and an equal or
-//!   larger cost are denied locally for `d`, without a call.
+//!   larger cost are denied locally for `d`, without a call. Batches use it
+//!   too: a hit denied on its own counter is remembered, and a batch whose
+//!   every hit is denied that way is answered without a call.
 //!
 //! Bad input (an invalid key, a cost above the limit) is an error as
 //! always: no policy applies to it.
@@ -153,7 +157,7 @@ impl<S: Store> ResilientStore<S> {
             timeout: Duration::from_millis(50),
             policy_retry_after: Duration::from_secs(1),
             failure_threshold: 5,
-            cooldown: (Duration::from_millis(200), Duration::from_secs(5)),
+            cooldown: (Duration::from_millis(200), Duration::from_secs(1)),
             max_in_flight: 1024,
             deny_cache: Some(100_000),
             local_max_keys: 100_000,
@@ -217,7 +221,8 @@ impl<S: Store> ResilientStoreBuilder<S> {
     }
 
     /// The first and the longest cool-down of an open circuit (default
-    /// 200 ms, doubling up to 5 s).
+    /// 200 ms, doubling up to 1 s). The longest one bounds how long
+    /// decisions stay with the policy after the backend is back.
     pub fn cooldown(mut self, first: Duration, longest: Duration) -> Self {
         self.cooldown = (first, longest);
         self
@@ -378,6 +383,30 @@ fn min_limit(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::limit).min().unwrap_or(0)
 }
 
+/// The answer to a batch whose every hit has a denial in force: the store
+/// would deny each (a hit's counter alone already refuses it), so the batch
+/// too. `None` as soon as one hit needs the store.
+fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Decision>> {
+    hits.iter()
+        .map(|h| cache.lookup(h.key, &[h.rule], h.cost, now))
+        .collect()
+}
+
+/// Remembers the denials of a batch's hits whose counter no other hit of
+/// the batch touches: each was decided on its counter's state alone, as a
+/// call of its own would have been.
+fn remember_batch(cache: &DenyCache, hits: &[Hit<'_>], decisions: &[Decision], sent: u64) {
+    for (i, (hit, decision)) in hits.iter().zip(decisions).enumerate() {
+        let alone = !hits
+            .iter()
+            .enumerate()
+            .any(|(j, other)| j != i && other.key == hit.key && other.rule == hit.rule);
+        if alone && !decision.allowed() {
+            cache.insert(hit.key, &[hit.rule], hit.cost, sent, *decision);
+        }
+    }
+}
+
 impl<S: Store> Store for ResilientStore<S> {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
         validate_key(key)?;
@@ -422,8 +451,20 @@ impl<S: Store> Store for ResilientStore<S> {
             check_cost(&[hit.rule], hit.cost)?;
         }
         let shared = &*self.shared;
+        let sent = shared.clock.now_micros();
+        if let Some(cache) = &shared.deny_cache
+            && let Some(decisions) = cached_batch(cache, hits, sent)
+        {
+            metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+            return Ok(decisions);
+        }
         match shared.call(shared.store.acquire_batch(hits)).await? {
-            Call::Answered(decisions) => Ok(decisions),
+            Call::Answered(decisions) => {
+                if let Some(cache) = &shared.deny_cache {
+                    remember_batch(cache, hits, &decisions, sent);
+                }
+                Ok(decisions)
+            }
             Call::Failed => shared.fallback_batch(hits).await,
         }
     }

@@ -6,7 +6,7 @@
 //! cost never passes sooner. The deadline is measured from when the request
 //! was *sent*, so network delay only ever makes it earlier than the store's.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use dashmap::DashMap;
 
@@ -23,12 +23,21 @@ struct Denial {
     decision: Decision,
 }
 
+/// How often, at most, a full cache looks for expired denials to make
+/// room (in microseconds). Between two looks, new denials are not cached:
+/// a flood of unique denials must not cost a walk of the whole cache each.
+const PURGE_GAP_US: u64 = 100_000;
+
 /// Denials by key, each for one set of rules.
 #[derive(Debug)]
 pub(crate) struct DenyCache {
     entries: DashMap<String, Vec<Denial>, foldhash::fast::RandomState>,
     len: AtomicUsize,
     max_entries: usize,
+    /// The earliest time a full cache may purge again.
+    next_purge: AtomicU64,
+    /// Purges so far (for tests).
+    purges: AtomicUsize,
 }
 
 impl DenyCache {
@@ -37,6 +46,8 @@ impl DenyCache {
             entries: DashMap::with_hasher(foldhash::fast::RandomState::default()),
             len: AtomicUsize::new(0),
             max_entries: max_entries.max(1),
+            next_purge: AtomicU64::new(0),
+            purges: AtomicUsize::new(0),
         }
     }
 
@@ -71,7 +82,20 @@ impl DenyCache {
             return;
         }
         if self.len.load(Ordering::Relaxed) >= self.max_entries {
-            self.purge(sent);
+            let due = self.next_purge.load(Ordering::Relaxed);
+            if sent >= due
+                && self
+                    .next_purge
+                    .compare_exchange(
+                        due,
+                        sent.saturating_add(PURGE_GAP_US),
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    )
+                    .is_ok()
+            {
+                self.purge(sent);
+            }
             if self.len.load(Ordering::Relaxed) >= self.max_entries {
                 return;
             }
@@ -102,6 +126,7 @@ impl DenyCache {
 
     /// Drops expired denials.
     pub(crate) fn purge(&self, now: u64) {
+        self.purges.fetch_add(1, Ordering::Relaxed);
         let mut removed = 0;
         self.entries.retain(|_, denials| {
             let before = denials.len();
@@ -142,6 +167,24 @@ mod tests {
         let later = cache.lookup("k", &[rule], 2, t0 + 40_000).unwrap();
         assert_eq!(later.retry_after(), Duration::from_millis(60));
         assert!(cache.lookup("k", &[rule], 2, t0 + 100_000).is_none());
+    }
+
+    #[test]
+    fn a_full_cache_looks_for_room_at_most_once_per_gap() {
+        let cache = DenyCache::new(100);
+        let rule = Rule::parse("5/1s").unwrap();
+        let t0 = 1_000_000u64;
+        for k in 0..1_000 {
+            cache.insert(&format!("k{k}"), &[rule], 1, t0, denial(500));
+        }
+        assert_eq!(cache.len(), 100);
+        assert_eq!(
+            cache.purges.load(Ordering::Relaxed),
+            1,
+            "900 denials past the bound, one walk of the cache"
+        );
+        cache.insert("later", &[rule], 1, t0 + PURGE_GAP_US, denial(500));
+        assert_eq!(cache.purges.load(Ordering::Relaxed), 2);
     }
 
     #[test]

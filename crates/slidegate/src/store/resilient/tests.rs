@@ -121,6 +121,88 @@ async fn the_deny_cache_answers_only_what_the_store_would() {
 }
 
 #[tokio::test]
+async fn a_batch_denied_by_its_counters_is_answered_from_the_deny_cache() {
+    let clock = ManualClock::at(1_000_000);
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Deny);
+    let (a, b) = (rule("2/1s"), rule("1/1s"));
+    let batch = [Hit::new("k", a, 1), Hit::new("j", b, 1)];
+    for _ in 0..2 {
+        let d = store.acquire_batch(&batch).await.unwrap();
+        assert!(!d[0].degraded() && !d[1].degraded());
+    }
+    // The second batch was denied on "j" and charged nothing: "k" has one
+    // unit left, "j" none. The store denies the batch on "j" again.
+    let calls = backend.calls();
+    let d = store.acquire_batch(&batch).await.unwrap();
+    assert_eq!((d[0].allowed(), d[1].allowed()), (true, false));
+    assert_eq!(
+        backend.calls(),
+        calls + 1,
+        "\"k\" is not denied: asked the store"
+    );
+    // Once "k" is spent too, the batch is denied on both counters...
+    store.acquire("k", &[a], 1).await.unwrap();
+    store.acquire_batch(&batch).await.unwrap();
+    let calls = backend.calls();
+    let cached = store.acquire_batch(&batch).await.unwrap();
+    assert_eq!(backend.calls(), calls, "answered without a call");
+    assert!(cached.iter().all(|d| !d.allowed() && !d.degraded()));
+    // ... and a hit alone is answered from what the batch taught.
+    assert!(!store.acquire("j", &[b], 1).await.unwrap().allowed());
+    assert_eq!(backend.calls(), calls);
+    // Until the denials run out (an admission counts for the whole window).
+    clock.advance(Duration::from_millis(1_001));
+    let d = store.acquire_batch(&batch).await.unwrap();
+    assert_eq!(backend.calls(), calls + 1);
+    assert!(d.iter().all(Decision::allowed));
+}
+
+#[tokio::test]
+async fn batch_denials_from_the_cache_are_denials_of_the_store() {
+    let clock = ManualClock::at(1_000_000);
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Deny);
+    let rules = [rule("4/100ms"), rule("5/250ms")];
+    let mut cache_hits = 0;
+    let mut seed = 11u64;
+    for _ in 0..5_000 {
+        let mut next = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            seed >> 33
+        };
+        clock.advance(Duration::from_micros(next() % 4_000));
+        // One or two hits over two keys and two rules, sometimes on one counter.
+        let hits: Vec<Hit<'_>> = (0..1 + next() % 2)
+            .map(|_| {
+                let key = ["a", "b"][next() as usize % 2];
+                Hit::new(key, rules[next() as usize % 2], 1 + next() % 2)
+            })
+            .collect();
+        let calls = backend.calls();
+        let decisions = store.acquire_batch(&hits).await.unwrap();
+        if backend.calls() == calls {
+            cache_hits += 1;
+            for (hit, d) in hits.iter().zip(&decisions) {
+                assert!(!d.allowed());
+                let truth = backend
+                    .inner
+                    .dry_run(hit.key, &[hit.rule], hit.cost)
+                    .unwrap();
+                assert!(
+                    !truth.allowed(),
+                    "cached denial of {hit:?} the store would allow"
+                );
+                assert!(d.retry_after() <= truth.retry_after());
+            }
+        }
+    }
+    assert!(cache_hits > 500, "the cache was used ({cache_hits} hits)");
+}
+
+#[tokio::test]
 async fn each_policy_answers_degraded_when_the_store_fails() {
     for (policy, allowed) in [(FailurePolicy::Deny, false), (FailurePolicy::Allow, true)] {
         let clock = ManualClock::new();
@@ -197,6 +279,36 @@ async fn the_circuit_opens_then_probes_and_closes() {
     );
     assert!(!store.is_degraded());
     assert_eq!(backend.calls(), calls + 1);
+}
+
+/// After a long outage the cool-down has doubled to its longest: that, not
+/// the outage, bounds how long the policy keeps deciding once the backend
+/// is back.
+#[tokio::test]
+async fn after_a_long_outage_the_store_is_used_again_within_a_second() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = ResilientStore::builder(backend.clone())
+        .policy(FailurePolicy::Deny)
+        .clock(clock.clone())
+        .build();
+    let rules = [rule("100/1s")];
+    backend.set(FAIL);
+    let outage = Instant::now();
+    while outage.elapsed() < Duration::from_millis(3_100) {
+        assert!(store.acquire("k", &rules, 1).await.unwrap().degraded());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    backend.set(OK);
+    let back = Instant::now();
+    while store.acquire("k", &rules, 1).await.unwrap().degraded() {
+        assert!(
+            back.elapsed() < Duration::from_millis(1_200),
+            "still deciding by policy {:?} after the store came back",
+            back.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test]

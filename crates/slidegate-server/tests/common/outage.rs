@@ -1,0 +1,181 @@
+//! What the fault tests share: the deadlines they hold the server to, the
+//! rules and the load they run, and the checks they make on the answers.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use http::StatusCode;
+use slidegate::store::resilient::FailurePolicy;
+use slidegate_server::backend::StoreUrl;
+use slidegate_server::config::{LiveConfig, LoadOptions};
+use slidegate_server::http::AppState;
+
+use crate::common::{self, TestServer};
+use crate::load::{Answer, Plan, Sample, Stalls};
+use crate::process::Slidegate;
+
+/// Latency-measuring tests take turns: on a small machine, two at once
+/// would measure each other.
+pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `--store-timeout-ms` of the fault tests.
+pub const STORE_TIMEOUT: Duration = Duration::from_millis(100);
+/// What an answer may take beyond the store timeout: the HTTP or gRPC
+/// round trip of a debug build, on 2 cores shared with the clients, Redis
+/// and whatever else runs. Well under what an unbounded call would wait
+/// for (the 1 s connect timeout, the client's reconnection pauses).
+pub const MARGIN: Duration = Duration::from_millis(400);
+/// How soon after Redis is back every answer must come from it again.
+///
+/// The target is 2 s. What bounds it today is the Redis client's reconnect
+/// backoff (redis-rs' connection manager, 100 ms doubling with no cap), not
+/// the circuit breaker (probes at least once a second): after a 3 s outage
+/// its next attempt comes about 2.1 s after Redis is back. See
+/// docs/RELIABILITY.md, "Recovery".
+pub const RECOVERY: Duration = Duration::from_millis(3_500);
+
+/// The rule of every counter, over HTTP and gRPC alike.
+pub const LIMIT: u64 = 30;
+pub const WINDOW: Duration = Duration::from_secs(4);
+
+pub fn rules_file(dir: &Path) -> String {
+    let path = dir.join("rules.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "domain: faults\ndescriptors:\n  - key: k\n    rate_limit: {{requests_per_unit: {LIMIT}, window: {}ms}}\n",
+            WINDOW.as_millis()
+        ),
+    )
+    .expect("write the rules");
+    path.to_str().expect("a UTF-8 path").to_owned()
+}
+
+/// 3 HTTP and 2 gRPC clients, each sending one request per 10 ms (fewer
+/// on a busy machine). The 2 HTTP counters run into their limit within the
+/// first second, so the deny cache answers many HTTP requests; the 40 gRPC
+/// counters (at most 5 requests/s each) stay under it, so gRPC requests
+/// always need the store.
+pub fn plan(prefix: &str) -> Plan {
+    Plan {
+        http_workers: 3,
+        grpc_workers: 2,
+        pace: Duration::from_millis(10),
+        http_keys: 2,
+        grpc_keys: 40,
+        prefix: prefix.to_owned(),
+        limit: LIMIT,
+        window: WINDOW,
+    }
+}
+
+/// Waits until `GET /readyz` says 200.
+pub async fn until_ready(server: &Slidegate) -> Duration {
+    let start = Instant::now();
+    loop {
+        if common::get(server.http, "/readyz").await.status == StatusCode::OK {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never ready; logs: {:?}",
+            server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Runs blocking work (process control, a blocking Redis command) on a
+/// thread of its own, so the load and the in-process servers keep going.
+pub async fn off_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("the blocking task panicked")
+}
+
+/// Both protocols in-process on `url`, with the failure policy and the
+/// store deadline of `slidegate serve`, and the `faults` rules for gRPC.
+pub async fn in_process(url: &str, policy: FailurePolicy, timeout: Duration) -> TestServer {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let rules = rules_file(dir.path());
+    let live = LiveConfig::load(vec![rules.into()], LoadOptions::default()).expect("the rules");
+    let backend = common::backend(
+        StoreUrl::Redis(url.to_owned()),
+        policy,
+        timeout.as_millis() as u64,
+    )
+    .await;
+    TestServer::full(AppState::new(backend).with_config(live.current()))
+        .await
+        .keeping(dir)
+}
+
+pub fn assert_no_failures(what: &str, samples: &[Sample]) {
+    let failed = failures(samples);
+    assert!(
+        failed.is_empty(),
+        "{what}: {} failures, first: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+}
+
+/// Asserts that every answer came within the store deadline plus
+/// [`MARGIN`], but for those the machine stalled under (see [`StallWatch`]).
+pub fn assert_within_deadline(what: &str, samples: &[Sample], stalls: &Stalls) {
+    let (slow, excused): (Vec<&Sample>, Vec<&Sample>) = samples
+        .iter()
+        .filter(|s| s.latency() > STORE_TIMEOUT + MARGIN)
+        .partition(|s| !stalls.overlap(s.sent, s.done, STORE_TIMEOUT / 2, Duration::ZERO));
+    if !excused.is_empty() {
+        eprintln!(
+            "{what}: {} slow answers overlapped a stall of the machine (longest {:?})",
+            excused.len(),
+            stalls.longest()
+        );
+    }
+    assert!(
+        slow.is_empty(),
+        "{what}: {} answers slower than {:?}: {:?}",
+        slow.len(),
+        STORE_TIMEOUT + MARGIN,
+        &slow[..slow.len().min(5)]
+    );
+}
+
+/// Degraded answers sent at or after `since`, but for those that follow a
+/// stall of the machine long enough to make a call miss its deadline (the
+/// circuit then stays open for up to a second).
+pub fn degraded_since<'a>(
+    samples: &'a [Sample],
+    since: Instant,
+    stalls: &Stalls,
+) -> Vec<&'a Sample> {
+    samples
+        .iter()
+        .filter(|s| s.sent >= since && s.answer.degraded())
+        .filter(|s| {
+            !stalls.overlap(
+                s.sent,
+                s.done,
+                STORE_TIMEOUT / 2,
+                Duration::from_millis(1_500),
+            )
+        })
+        .collect()
+}
+
+pub fn failures(samples: &[Sample]) -> Vec<&Sample> {
+    samples
+        .iter()
+        .filter(|s| matches!(s.answer, Answer::Failed(_)))
+        .collect()
+}
+
+pub fn counters(samples: &[Sample]) -> Vec<String> {
+    let mut counters: Vec<String> = samples.iter().map(|s| s.counter.clone()).collect();
+    counters.sort_unstable();
+    counters.dedup();
+    counters
+}

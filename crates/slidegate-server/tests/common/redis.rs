@@ -1,0 +1,287 @@
+//! Real `redis-server` processes for the server's tests, including the
+//! faults: a node that can be SIGKILLed and restarted on the same port with
+//! the same data directory, and a local Redis Cluster with or without
+//! replicas. No Docker, no mocks. Without `redis-server` the tests fail and
+//! say how to install it.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const INSTALL_HINT: &str = "redis-server and redis-cli are needed for the Redis tests: \
+     install them (Debian/Ubuntu: `apt-get install redis-server`; macOS: `brew install redis`)";
+
+/// How long a node or a cluster may take to come up.
+const STARTUP: Duration = Duration::from_secs(20);
+
+/// One `redis-server`, killed when dropped.
+pub struct Redis {
+    child: Option<Child>,
+    port: u16,
+    args: Vec<String>,
+    dir: tempfile::TempDir,
+}
+
+impl Redis {
+    /// A plain node on a free port.
+    pub fn start() -> Redis {
+        Redis::start_with(&[])
+    }
+
+    /// A node on a free port with extra `redis-server` options.
+    pub fn start_with(extra: &[&str]) -> Redis {
+        Redis::start_on(free_port(false), extra)
+    }
+
+    /// A node on `port` (one a server was told to use before it existed).
+    pub fn start_on(port: u16, extra: &[&str]) -> Redis {
+        let mut redis = Redis {
+            child: None,
+            port,
+            args: extra.iter().map(|s| (*s).to_owned()).collect(),
+            dir: tempfile::tempdir().expect("a temporary directory"),
+        };
+        redis.spawn();
+        redis
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", ""])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): {INSTALL_HINT}"));
+        self.child = Some(child);
+        self.wait_until("answers PING", |r| r.ping());
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `redis://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr())
+    }
+
+    /// True while the process runs.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// SIGKILL: no shutdown, no goodbye to clients. Returns once the
+    /// process is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL redis-server");
+            child.wait().expect("reap redis-server");
+        }
+    }
+
+    /// Starts the process again on the same port, with the same options
+    /// and data directory, and returns once it answers PING.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart a running redis-server");
+        self.spawn();
+    }
+
+    /// True when it answers PING now.
+    pub fn ping(&self) -> bool {
+        matches!(self.command(&["PING"]), Ok(redis::Value::SimpleString(s)) if s == "PONG")
+    }
+
+    /// Runs one command on its own connection.
+    pub fn command(&self, args: &[&str]) -> redis::RedisResult<redis::Value> {
+        let client = redis::Client::open(self.url())?;
+        let mut connection = client.get_connection_with_timeout(Duration::from_secs(2))?;
+        connection.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut cmd = redis::cmd(args[0]);
+        for arg in &args[1..] {
+            cmd.arg(*arg);
+        }
+        cmd.query(&mut connection)
+    }
+
+    /// One command whose reply is text (status, bulk string or integer).
+    pub fn text(&self, args: &[&str]) -> String {
+        match self.command(args) {
+            Ok(redis::Value::SimpleString(s)) => s,
+            Ok(redis::Value::Okay) => "OK".into(),
+            Ok(redis::Value::Int(i)) => i.to_string(),
+            Ok(redis::Value::BulkString(b)) => String::from_utf8_lossy(&b).into_owned(),
+            Ok(redis::Value::VerbatimString { text, .. }) => text,
+            other => panic!("{args:?} on {}: {other:?}", self.addr()),
+        }
+    }
+
+    fn wait_until(&self, what: &str, ready: impl Fn(&Redis) -> bool) {
+        let start = Instant::now();
+        while !ready(self) {
+            assert!(
+                start.elapsed() < STARTUP,
+                "redis-server on port {} never {what}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A local Redis Cluster: `masters` masters, each with `replicas` replicas.
+pub struct Cluster {
+    pub nodes: Vec<Redis>,
+}
+
+impl Cluster {
+    /// Starts the nodes (`cluster-node-timeout` in milliseconds), joins
+    /// them with `redis-cli --cluster create`, and waits until every node
+    /// says `cluster_state:ok` and every replica follows its master.
+    pub fn start(masters: usize, replicas: usize, node_timeout_ms: u64) -> Cluster {
+        let mut nodes = Vec::new();
+        for _ in 0..masters * (1 + replicas) {
+            let port = free_port(true);
+            let conf = format!("nodes-{port}.conf");
+            let timeout = node_timeout_ms.to_string();
+            nodes.push(Redis::start_on(
+                port,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &conf,
+                    "--cluster-node-timeout",
+                    &timeout,
+                    "--appendonly",
+                    "no",
+                ],
+            ));
+        }
+        let addresses: Vec<String> = nodes.iter().map(Redis::addr).collect();
+        let output = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run redis-cli ({e}): {INSTALL_HINT}"));
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        let cluster = Cluster { nodes };
+        cluster.wait_until_healthy(masters * (1 + replicas));
+        cluster
+    }
+
+    /// Waits until every running node sees `cluster_state:ok`, knows
+    /// `known` nodes, and every replica's link to its master is up.
+    pub fn wait_until_healthy(&self, known: usize) {
+        for node in self.nodes.iter().filter(|n| n.is_running()) {
+            node.wait_until("joined a healthy cluster", |n| {
+                let Ok(info) = n.command(&["CLUSTER", "INFO"]).map(|v| text_of(&v)) else {
+                    return false;
+                };
+                let replication = text_of(
+                    &n.command(&["INFO", "replication"])
+                        .unwrap_or(redis::Value::Nil),
+                );
+                info.contains("cluster_state:ok")
+                    && info.contains(&format!("cluster_known_nodes:{known}"))
+                    && (replication.contains("role:master")
+                        || replication.contains("master_link_status:up"))
+            });
+        }
+    }
+
+    /// `redis+cluster://` with every node's address.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.nodes.iter().map(Redis::addr).collect();
+        format!("redis+cluster://{}", hosts.join(","))
+    }
+
+    /// The running node that serves `slot` as a master now, if any.
+    pub fn master_of(&self, slot: u16) -> Option<usize> {
+        self.nodes.iter().position(|n| {
+            n.is_running()
+                && n.command(&["INFO", "replication"])
+                    .is_ok_and(|v| text_of(&v).contains("role:master"))
+                && owns_slot(n, slot)
+        })
+    }
+}
+
+/// True when `node`'s own line of `CLUSTER NODES` lists a range holding `slot`.
+fn owns_slot(node: &Redis, slot: u16) -> bool {
+    let Ok(nodes) = node.command(&["CLUSTER", "NODES"]) else {
+        return false;
+    };
+    let nodes = text_of(&nodes);
+    let Some(myself) = nodes.lines().find(|l| l.contains("myself")) else {
+        return false;
+    };
+    myself.split(' ').skip(8).any(|range| {
+        let (low, high) = range.split_once('-').unwrap_or((range, range));
+        matches!((low.parse::<u16>(), high.parse::<u16>()), (Ok(l), Ok(h)) if (l..=h).contains(&slot))
+    })
+}
+
+/// The text of a status, bulk or verbatim reply; empty otherwise.
+pub fn text_of(value: &redis::Value) -> String {
+    match value {
+        redis::Value::SimpleString(s) => s.clone(),
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text.clone(),
+        _ => String::new(),
+    }
+}
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, or of
+/// the whole key, modulo 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let tagged = slidegate::store::slot_key(key);
+    let mut crc: u16 = 0;
+    for byte in tagged.bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
+
+/// A port that is free now (and, for a cluster node, whose bus port
+/// `port + 10000` is free too).
+pub fn free_port(with_bus: bool) -> u16 {
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().expect("a local address").port();
+        if !with_bus {
+            return port;
+        }
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
