@@ -54,6 +54,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Requests the multiplexed connection buffers before it applies
 /// backpressure (redis-rs' default of 50 throttles concurrent decisions).
 const PIPELINE_BUFFER: usize = 1024;
+/// Further attempts when the script cache is flushed again while redis-rs
+/// reloads the script (see `Inner::invoke`).
+const NOSCRIPT_RETRIES: u32 = 3;
 /// Keys asked for per SCAN round trip in [`RedisStore::reset`].
 const SCAN_COUNT: usize = 1000;
 
@@ -322,6 +325,10 @@ fn install_tls_provider(url: &str) {
     }
 }
 
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
 fn config_error(e: redis::RedisError) -> Error {
     Error::Config(describe(&e))
 }
@@ -363,11 +370,27 @@ impl Inner {
     async fn run(&self, plan: &Plan) -> Result<Vec<Decision>> {
         let now = self.clock.as_ref().map(|c| c.now_micros());
         let call = plan.invocation(now, self.margin_ms);
-        let reply: Vec<i64> = match &self.connection {
-            Connection::Node(c) => self.within(call.invoke_async(&mut c.clone())).await?,
-            Connection::Cluster(c) => self.within(call.invoke_async(&mut c.clone())).await?,
-        };
+        let reply: Vec<i64> = self.within(self.invoke(&call)).await?;
         plan.decisions(&reply)
+    }
+
+    /// Runs the script. On NOSCRIPT, redis-rs loads it and sends it again,
+    /// once; if the cache was flushed again in between, that answers
+    /// NOSCRIPT too, and the call is retried a few more times (the script
+    /// did not run, so nothing is applied twice). Any other error, and a
+    /// timeout, is never retried.
+    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
+        let mut retries = 0;
+        loop {
+            let result = match &self.connection {
+                Connection::Node(c) => call.invoke_async(&mut c.clone()).await,
+                Connection::Cluster(c) => call.invoke_async(&mut c.clone()).await,
+            };
+            match result {
+                Err(e) if retries < NOSCRIPT_RETRIES && is_noscript(&e) => retries += 1,
+                other => return other,
+            }
+        }
     }
 
     async fn query<T: redis::FromRedisValue>(
