@@ -16,13 +16,17 @@
 //!   hash tag is kept as is (`slidegate:user:{42}:login:100/1m`). All rules
 //!   of one key share a cluster slot; a batch over keys with different tags
 //!   is refused in a cluster with [`Error::CrossSlot`].
-//! - **Compact state.** A sliding log is a LIST of `(time, running total)`
-//!   pairs stored as small integers, which Redis packs into listpacks:
-//!   about 8 bytes per admission by `MEMORY USAGE` at limits of 100 to
-//!   10,000, where a sorted set of UUID members takes 50 to 140. The other
-//!   algorithms keep one short STRING. Every write sets `PEXPIRE` to when
-//!   the state becomes idle, so idle keys vanish; a probe never creates a
-//!   key.
+//! - **Compact state, little Redis CPU.** A sliding log is one binary
+//!   STRING: fixed-size records (time and running total, each truncated to
+//!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
+//!   followed by a header, so a decision reads the header and the newest
+//!   records with one `GETRANGE`, and an admission writes the new record
+//!   and the header with one `SETRANGE`; expired records are dropped in the
+//!   header and their bytes reclaimed by an occasional compaction. See
+//!   `sliding_log.lua` for the layout and why it decodes exactly. The other
+//!   algorithms keep one short STRING. Keys expire when the state becomes
+//!   idle (a busy sliding log up to half a window later, so that its expiry
+//!   is not moved on every admission); a probe never creates a key.
 //! - **Errors** are [`Error::Timeout`] (the per-call deadline passed),
 //!   [`Error::Store`] (connection or Redis failure) and [`Error::Config`]
 //!   (bad URL or option); callers never see Redis' own error types.
@@ -370,7 +374,7 @@ impl Inner {
     async fn run(&self, plan: &Plan) -> Result<Vec<Decision>> {
         let now = self.clock.as_ref().map(|c| c.now_micros());
         let call = plan.invocation(now, self.margin_ms);
-        let reply: Vec<i64> = self.within(self.invoke(&call)).await?;
+        let reply = self.within(self.invoke(&call)).await?;
         plan.decisions(&reply)
     }
 
@@ -379,7 +383,7 @@ impl Inner {
     /// NOSCRIPT too, and the call is retried a few more times (the script
     /// did not run, so nothing is applied twice). Any other error, and a
     /// timeout, is never retried.
-    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<i64>> {
+    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<u8>> {
         let mut retries = 0;
         loop {
             let result = match &self.connection {
