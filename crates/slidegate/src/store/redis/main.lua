@@ -17,7 +17,7 @@ end
 if n == 1 then
   local algorithm = build(code)
   local st = algorithm.load(KEYS[1], L, W)
-  local allowed, _, remaining, retry, reset = algorithm.check(st, now, asked)
+  local allowed, _, remaining, retry, reset = algorithm.check(st, now, cost)
   if allowed == 1 and cost > 0 then
     algorithm.record(st, now, cost)
   end

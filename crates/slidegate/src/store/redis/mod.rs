@@ -383,7 +383,7 @@ impl Inner {
     /// NOSCRIPT too, and the call is retried a few more times (the script
     /// did not run, so nothing is applied twice). Any other error, and a
     /// timeout, is never retried.
-    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<Vec<u8>> {
+    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<redis::Value> {
         let mut retries = 0;
         loop {
             let result = match &self.connection {

@@ -4,13 +4,15 @@
 --
 -- KEYS: one per distinct (key, rule).
 -- ARGV[1]: little-endian doubles, each an integer below 2^53 (so exact):
---   now (µs; negative: Redis' own clock), expiry margin (ms), hit count,
---   then per hit: key index, algorithm (0 sliding_log, 1 sliding_counter,
---   2 fixed_window, 3 gcra), limit, window (µs), cost, asked (the cost to
+--   now (µs; negative: Redis' own clock), expiry margin (ms), hit count n;
+--   then for one hit: algorithm (0 sliding_log, 1 sliding_counter,
+--   2 fixed_window, 3 gcra), limit, window (µs), cost; for several, per
+--   hit: key index, algorithm, limit, window, cost, asked (the cost to
 --   check: the hit's cost plus those of earlier hits on the same key, 0 for
 --   a probe).
 -- Reply: little-endian doubles, per hit: allowed (1/0), remaining,
---   retry_after (µs), reset_after (µs).
+--   retry_after (µs), reset_after (µs). One sliding-log hit may answer an
+--   integer instead (see sliding_log_one.lua).
 --
 -- Redis CPU per call is what this script is written for. The whole chunk
 -- runs on every EVALSHA, and what costs is each redis.call (about as much
@@ -22,7 +24,9 @@
 
 local bunpack, bpack, format = struct.unpack, struct.pack, string.format
 
-local now, margin, n, _, code, L, W, cost, asked = bunpack('<ddddddddd', ARGV[1])
+-- For one hit (with several, the last four are the first hit's key index,
+-- algorithm, limit and window, and unused).
+local now, margin, n, code, L, W, cost = bunpack('<ddddddd', ARGV[1])
 if now < 0 then
   local time = redis.call('TIME')
   now = time[1] * 1000000 + time[2]

@@ -38,6 +38,8 @@ pub(crate) const SCRIPT_TEXT: &str = concat!(
 const NUMBER: usize = 8;
 /// Numbers per hit in the reply: allowed, remaining, retry_after, reset_after.
 const REPLY_NUMBERS: usize = 4;
+/// Bits of reset_after in an integer denial (see [`Plan::decisions`]).
+const COMPACT_SHIFT: u32 = 26;
 /// The largest expiry margin sent, in ms (about 35 years): keeps the
 /// script's TTL arithmetic exact and within what PEXPIRE accepts.
 const MAX_MARGIN_MS: u64 = 1 << 40;
@@ -108,9 +110,10 @@ impl Plan {
     /// The script invocation: `now` is `None` for Redis' own clock.
     ///
     /// ARGV\[1\] holds, as little-endian doubles: now (µs, or -1 for
-    /// Redis' clock), the expiry margin (ms), the number of hits, then per
-    /// hit its KEYS index (from 1), algorithm code, limit, window (µs), cost
-    /// and checked cost.
+    /// Redis' clock), the expiry margin (ms) and the number of hits; then
+    /// for one hit its algorithm code, limit, window (µs) and cost, and for
+    /// several, per hit its KEYS index (from 1), algorithm code, limit,
+    /// window, cost and checked cost.
     pub(crate) fn invocation(
         &self,
         now: Option<u64>,
@@ -127,36 +130,60 @@ impl Plan {
         put(now.map_or(-1.0, |now| now as f64));
         put(margin_ms.min(MAX_MARGIN_MS) as f64);
         put(self.hits.len() as f64);
-        for hit in &self.hits {
-            put((hit.key_index + 1) as f64);
+        if let [hit] = self.hits.as_slice() {
+            // One hit: its key is KEYS[1] and it checks its own cost.
             put(f64::from(algorithm_code(hit.rule.algorithm())));
             put(hit.rule.limit() as f64);
             put(hit.rule.window_micros() as f64);
             put(hit.cost as f64);
-            put(hit.asked as f64);
+        } else {
+            for hit in &self.hits {
+                put((hit.key_index + 1) as f64);
+                put(f64::from(algorithm_code(hit.rule.algorithm())));
+                put(hit.rule.limit() as f64);
+                put(hit.rule.window_micros() as f64);
+                put(hit.cost as f64);
+                put(hit.asked as f64);
+            }
         }
         call.arg(spec);
         call
     }
 
-    /// The script's reply (four little-endian doubles per hit: allowed,
-    /// remaining, retry_after µs, reset_after µs) as one decision per hit.
-    pub(crate) fn decisions(&self, reply: &[u8]) -> Result<Vec<Decision>> {
-        if reply.len() != NUMBER * REPLY_NUMBERS * self.hits.len() {
+    /// The script's reply as one decision per hit.
+    ///
+    /// Usually four little-endian doubles per hit: allowed, remaining,
+    /// retry_after (µs), reset_after (µs). A single sliding-log hit answers
+    /// its two common decisions with an integer instead (a reply table or
+    /// string costs Redis measurable CPU): `r >= 0` is allowed with `r`
+    /// remaining, retry 0 and reset one window + 1 µs away (decided at
+    /// `now`); `r < 0` is denied with nothing remaining, and
+    /// `-r = retry_after * 2^26 + reset_after` (both below 2^26 µs).
+    pub(crate) fn decisions(&self, reply: &redis::Value) -> Result<Vec<Decision>> {
+        let bytes = match reply {
+            redis::Value::BulkString(bytes) => bytes,
+            &redis::Value::Int(r) => return self.compact_decision(r).map(|d| vec![d]),
+            other => {
+                return Err(Error::Store(format!(
+                    "the script answered an unexpected {other:?}"
+                )));
+            }
+        };
+        if bytes.len() != NUMBER * REPLY_NUMBERS * self.hits.len() {
             return Err(Error::Store(format!(
                 "the script answered {} bytes for {} hits",
-                reply.len(),
+                bytes.len(),
                 self.hits.len()
             )));
         }
-        reply
+        bytes
             .chunks_exact(NUMBER * REPLY_NUMBERS)
             .zip(&self.hits)
             .map(|(d, hit)| {
                 let field = |i: usize| {
-                    let mut bytes = [0u8; NUMBER];
-                    bytes.copy_from_slice(&d[NUMBER * i..NUMBER * (i + 1)]);
-                    let x = f64::from_le_bytes(bytes);
+                    let mut number = [0u8; NUMBER];
+                    number.copy_from_slice(&d[NUMBER * i..NUMBER * (i + 1)]);
+                    let x = f64::from_le_bytes(number);
                     // Exact integers below 2^53 only: anything else is a bug.
                     if (0.0..9_007_199_254_740_992.0).contains(&x) && x.fract() == 0.0 {
                         Ok(x as u64)
@@ -173,6 +200,33 @@ impl Plan {
                 ))
             })
             .collect()
+    }
+
+    /// An integer reply: only for one sliding-log hit.
+    fn compact_decision(&self, r: i64) -> Result<Decision> {
+        let hit = match self.hits.as_slice() {
+            [hit] if hit.rule.algorithm() == Algorithm::SlidingLog => hit,
+            _ => {
+                return Err(Error::Store(format!(
+                    "the script answered {r} for {} hits",
+                    self.hits.len()
+                )));
+            }
+        };
+        let (limit, window) = (hit.rule.limit(), hit.rule.window_micros());
+        Ok(match u64::try_from(r) {
+            Ok(remaining) => Decision::from_parts(true, limit, remaining, 0, window + 1),
+            Err(_) => {
+                let times = r.unsigned_abs();
+                Decision::from_parts(
+                    false,
+                    limit,
+                    0,
+                    times >> COMPACT_SHIFT,
+                    times & ((1 << COMPACT_SHIFT) - 1),
+                )
+            }
+        })
     }
 }
 

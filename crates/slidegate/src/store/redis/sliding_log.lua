@@ -24,7 +24,7 @@
 -- values in the header stay below 2^53 (totals are shifted down by a
 -- multiple of 256^tw once H passes 2^40).
 --
--- A call reads the header and up to 128 bytes of records before it (all of
+-- A call reads the header and up to 64 bytes of records before it (all of
 -- a small log) with one GETRANGE, and reads further records only to drop
 -- expired ones or find the deciding one. An admission writes the newest
 -- record and the header with one SETRANGE (or SET when the log starts or
@@ -37,7 +37,7 @@ local function build_sliding_log()
 
   function sliding_log.load(key, limit, window)
     local st = { key = key, limit = limit, window = window, live = false }
-    local raw = redis.call('GETRANGE', key, '-199', '-1')
+    local raw = redis.call('GETRANGE', key, '-135', '-1')
     local size = #raw
     if size == 0 then
       return st

@@ -6,11 +6,16 @@
 -- SET when the log starts or is compacted). A denial decided by any record
 -- but the oldest live one (costs above 1) falls through to the batch code,
 -- which decides the call afresh: nothing has been written by then.
+--
+-- The two common answers are integers (cheaper for Redis than a string):
+-- r >= 0 is allowed, r remaining, retry 0 and reset W + 1 µs away (decided
+-- at now); r < 0 is denied, nothing remaining, -r = retry * 2^26 + reset
+-- (both below 2^26 µs). Any other answer is the usual four doubles.
 
 if n == 1 and code == 0 then
   local key = KEYS[1]
-  -- The header and up to 128 bytes of records before it: all of a small log.
-  local raw = redis.call('GETRANGE', key, '-199', '-1')
+  -- The header and up to 64 bytes of records before it: all of a small log.
+  local raw = redis.call('GETRANGE', key, '-135', '-1')
   local size = #raw
   local live, H, o1, T1, nt, nT = false, 0, 0, 0, 0, 0
   if size > 0 then
@@ -80,7 +85,7 @@ if n == 1 and code == 0 then
     usage = nT - H
     reset_now = nt + W + 1 - now
   end
-  local need, reply = asked
+  local need, reply = cost
   if need < 1 then
     need = 1
   end
@@ -88,7 +93,12 @@ if n == 1 and code == 0 then
     -- Passes once the records up to the first whose running total reaches
     -- nT + need - L have expired: the oldest when every record costs 1.
     if T1 >= nT + need - L then
-      reply = bpack('<dddd', 0, L - usage, o1 + W + 1 - now, reset_now)
+      local retry = o1 + W + 1 - now
+      if usage >= L and reset_now < 67108864 then
+        reply = -(retry * 67108864 + reset_now)
+      else
+        reply = bpack('<dddd', 0, L - usage, retry, reset_now)
+      end
     end
   elseif cost == 0 then
     reply = bpack('<dddd', 1, L - usage, 0, reset_now)
@@ -168,6 +178,9 @@ if n == 1 and code == 0 then
       end
     else
       redis.call('SET', key, value, 'PX', ttl)
+    end
+    if t == now then
+      return L - usage - cost
     end
     return bpack('<dddd', 1, L - usage - cost, 0, deadline - now)
   end
