@@ -43,6 +43,16 @@ enum Op {
         step: u64,
         cost: Cost,
     },
+    /// A burst through the batch path: each admission is a batch of the
+    /// hit and either a second hit on the same log (`twice`) or a probe of
+    /// another key, so long logs are also decided by the batch code.
+    BatchBurst {
+        rule: usize,
+        count: usize,
+        step: u64,
+        cost: Cost,
+        twice: bool,
+    },
     Reset(usize),
 }
 
@@ -124,10 +134,10 @@ fn scenario() -> impl Strategy<Value = (u64, Vec<Rule>, Vec<Op>)> {
     })
 }
 
-/// Long sliding logs on one key: deep searches for the deciding entry,
-/// trims past the first few entries, same-µs merges, and the rewrite that
-/// keeps stored offsets and totals small (windows past 2^31 µs, limits of
-/// 10^12).
+/// Long sliding logs on one key, decided by single hits and by batches:
+/// deep searches for the deciding entry, trims past the records read with
+/// the header, same-µs merges, compactions, stored times and totals that
+/// wrap around their byte widths, and totals shifted down (limits of 10^12).
 fn long_logs() -> impl Strategy<Value = (u64, Vec<Rule>, Vec<Op>)> {
     let limit = prop_oneof![Just(20u64), Just(100), Just(1_000), Just(Rate::MAX_LIMIT)];
     let window = prop_oneof![Just(1_000_000u64), Just(3_600_000_000), Just(7_200_000_001)];
@@ -144,7 +154,10 @@ fn long_logs() -> impl Strategy<Value = (u64, Vec<Rule>, Vec<Op>)> {
         let op = prop_oneof![
             3 => (0..n, 1usize..300, prop_oneof![Just(0u64), 0u64..3, 0..window / 200, window / 64..window / 8], cost())
                 .prop_map(|(rule, count, step, cost)| Op::Burst { key: 0, rule, count, step, cost }),
+            2 => (0..n, 1usize..200, prop_oneof![Just(0u64), 0u64..3, 0..window / 200, window / 64..window / 8], cost(), any::<bool>())
+                .prop_map(|(rule, count, step, cost, twice)| Op::BatchBurst { rule, count, step, cost, twice }),
             3 => (0..n, cost()).prop_map(|(r, cost)| Op::Acquire { key: 0, rules: vec![r], cost }),
+            1 => cost().prop_map(move |cost| Op::Acquire { key: 0, rules: (0..n).collect(), cost }),
             3 => (0u64..=20, -1i64..=1)
                 .prop_map(move |(k, d)| Op::Advance((window * k / 16).saturating_add_signed(d))),
             1 => (0u64..=8).prop_map(move |k| Op::Back(window * k / 64)),
@@ -268,6 +281,34 @@ impl Harness {
                             other => *other,
                         };
                         acquire(&keys[*key], &rs, c.resolve(rs[0].limit()), &(what, i))?;
+                        clock.advance(Duration::from_micros(*step));
+                    }
+                }
+                Op::BatchBurst {
+                    rule,
+                    count,
+                    step,
+                    cost,
+                    twice,
+                } => {
+                    let r = rules[*rule];
+                    for i in 0..*count {
+                        let c = match cost {
+                            Cost::Fraction(f) => {
+                                Cost::Fraction(f.wrapping_add((i as u8).wrapping_mul(37)))
+                            }
+                            other => *other,
+                        }
+                        .resolve(r.limit());
+                        let second = if *twice {
+                            Hit::new(keys[0].as_str(), r, u64::from(c < r.limit()))
+                        } else {
+                            Hit::new(keys[1].as_str(), r, 0)
+                        };
+                        let batch = [Hit::new(keys[0].as_str(), r, c), second];
+                        let want = runtime.block_on(Store::acquire_batch(&memory, &batch));
+                        let got = runtime.block_on(redis.acquire_batch(&batch));
+                        prop_assert_eq!(got, want, "{:?} at {}", (what, i), clock.now_micros());
                         clock.advance(Duration::from_micros(*step));
                     }
                 }

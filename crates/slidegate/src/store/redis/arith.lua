@@ -1,4 +1,5 @@
--- slidegate: exact integer arithmetic on Lua numbers.
+-- slidegate: exact integer arithmetic on Lua numbers, for batches and the
+-- other algorithms (one sliding-log hit returns before this point).
 --
 -- Lua numbers are doubles: integers are exact only below 2^53. Times (~2^51
 -- µs), limits (up to 10^12) and windows (up to ~2^48 µs) fit, but their
@@ -107,10 +108,5 @@ local function ttl_ms(deadline, now, margin)
     return 1
   end
   return ms
-end
-
--- Integers as decimal text (tostring would print only 14 digits).
-local function int(x)
-  return string.format('%.0f', x)
 end
 

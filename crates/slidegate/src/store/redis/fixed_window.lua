@@ -1,6 +1,6 @@
 -- slidegate: the fixed window (see algorithm/fixed_window.rs).
 --
--- One STRING per (key, rule): "start count".
+-- One STRING per (key, rule): start and count, as two little-endian doubles.
 --
 -- Built on first use in a call: an EVALSHA runs the whole chunk, and
 -- creating the functions of algorithms a call does not use costs Redis CPU.
@@ -12,11 +12,10 @@ local function build_fixed_window()
     local st = { key = key, limit = limit, window = window, start = 0, count = 0 }
     local value = redis.call('GET', key)
     if value then
-      local start, count = string.match(value, '^(%d+) (%d+)$')
-      if not start then
+      if #value ~= 16 then
         error('slidegate: malformed fixed_window state at ' .. key)
       end
-      st.start, st.count = tonumber(start), tonumber(count)
+      st.start, st.count = bunpack('<dd', value)
       st.existed = true
     end
     return st
@@ -59,8 +58,8 @@ local function build_fixed_window()
     if st.count > 0 then
       deadline = st.start + st.window
     end
-    local value = int(st.start) .. ' ' .. int(st.count)
-    redis.call('SET', st.key, value, 'PX', ttl_ms(deadline, now, margin))
+    local value = bpack('<dd', st.start, st.count)
+    redis.call('SET', st.key, value, 'PX', format('%d', ttl_ms(deadline, now, margin)))
   end
   return fixed_window
 end

@@ -1,9 +1,10 @@
 -- slidegate: GCRA (see algorithm/gcra.rs).
 --
--- One STRING per (key, rule): "q r", the theoretical arrival time scaled by
--- the limit L kept as tat_scaled = q * L + r (q whole µs, 0 <= r < L), so the
--- emission interval W / L is applied exactly, with no scaled value (which
--- would reach 10^27) ever held in one number.
+-- One STRING per (key, rule): q and r as two little-endian doubles, the
+-- theoretical arrival time scaled by the limit L kept as tat_scaled =
+-- q * L + r (q whole µs, 0 <= r < L), so the emission interval W / L is
+-- applied exactly, with no scaled value (which would reach 10^27) ever held
+-- in one number.
 --
 -- Built on first use in a call: an EVALSHA runs the whole chunk, and
 -- creating the functions of algorithms a call does not use costs Redis CPU.
@@ -15,11 +16,10 @@ local function build_gcra()
     local st = { key = key, limit = limit, window = window, q = 0, r = 0 }
     local value = redis.call('GET', key)
     if value then
-      local q, r = string.match(value, '^(%d+) (%d+)$')
-      if not q then
+      if #value ~= 16 then
         error('slidegate: malformed gcra state at ' .. key)
       end
-      st.q, st.r = tonumber(q), tonumber(r)
+      st.q, st.r = bunpack('<dd', value)
       st.existed = true
     end
     return st
@@ -90,7 +90,8 @@ local function build_gcra()
   end
 
   function gcra.save(st, now, margin)
-    redis.call('SET', st.key, int(st.q) .. ' ' .. int(st.r), 'PX', ttl_ms(gcra_ceil(st.q, st.r), now, margin))
+    local ttl = ttl_ms(gcra_ceil(st.q, st.r), now, margin)
+    redis.call('SET', st.key, bpack('<dd', st.q, st.r), 'PX', format('%d', ttl))
   end
   return gcra
 end

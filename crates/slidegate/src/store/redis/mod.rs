@@ -16,13 +16,17 @@
 //!   hash tag is kept as is (`slidegate:user:{42}:login:100/1m`). All rules
 //!   of one key share a cluster slot; a batch over keys with different tags
 //!   is refused in a cluster with [`Error::CrossSlot`].
-//! - **Compact state.** A sliding log is a LIST of `(time, running total)`
-//!   pairs stored as small integers, which Redis packs into listpacks:
-//!   about 8 bytes per admission by `MEMORY USAGE` at limits of 100 to
-//!   10,000, where a sorted set of UUID members takes 50 to 140. The other
-//!   algorithms keep one short STRING. Every write sets `PEXPIRE` to when
-//!   the state becomes idle, so idle keys vanish; a probe never creates a
-//!   key.
+//! - **Compact state, little Redis CPU.** A sliding log is one binary
+//!   STRING: fixed-size records (time and running total, each truncated to
+//!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
+//!   followed by a header, so a decision reads the header and the newest
+//!   records with one `GETRANGE`, and an admission writes the new record
+//!   and the header with one `SETRANGE`; expired records are dropped in the
+//!   header and their bytes reclaimed by an occasional compaction. See
+//!   `sliding_log.lua` for the layout and why it decodes exactly. The other
+//!   algorithms keep one short STRING. Keys expire when the state becomes
+//!   idle (a busy sliding log up to half a window later, so that its expiry
+//!   is not moved on every admission); a probe never creates a key.
 //! - **Errors** are [`Error::Timeout`] (the per-call deadline passed),
 //!   [`Error::Store`] (connection or Redis failure) and [`Error::Config`]
 //!   (bad URL or option); callers never see Redis' own error types.
@@ -54,6 +58,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Requests the multiplexed connection buffers before it applies
 /// backpressure (redis-rs' default of 50 throttles concurrent decisions).
 const PIPELINE_BUFFER: usize = 1024;
+/// Further attempts when the script cache is flushed again while redis-rs
+/// reloads the script (see `Inner::invoke`).
+const NOSCRIPT_RETRIES: u32 = 3;
 /// Keys asked for per SCAN round trip in [`RedisStore::reset`].
 const SCAN_COUNT: usize = 1000;
 
@@ -322,6 +329,10 @@ fn install_tls_provider(url: &str) {
     }
 }
 
+fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
 fn config_error(e: redis::RedisError) -> Error {
     Error::Config(describe(&e))
 }
@@ -363,11 +374,27 @@ impl Inner {
     async fn run(&self, plan: &Plan) -> Result<Vec<Decision>> {
         let now = self.clock.as_ref().map(|c| c.now_micros());
         let call = plan.invocation(now, self.margin_ms);
-        let reply: Vec<i64> = match &self.connection {
-            Connection::Node(c) => self.within(call.invoke_async(&mut c.clone())).await?,
-            Connection::Cluster(c) => self.within(call.invoke_async(&mut c.clone())).await?,
-        };
+        let reply = self.within(self.invoke(&call)).await?;
         plan.decisions(&reply)
+    }
+
+    /// Runs the script. On NOSCRIPT, redis-rs loads it and sends it again,
+    /// once; if the cache was flushed again in between, that answers
+    /// NOSCRIPT too, and the call is retried a few more times (the script
+    /// did not run, so nothing is applied twice). Any other error, and a
+    /// timeout, is never retried.
+    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<redis::Value> {
+        let mut retries = 0;
+        loop {
+            let result = match &self.connection {
+                Connection::Node(c) => call.invoke_async(&mut c.clone()).await,
+                Connection::Cluster(c) => call.invoke_async(&mut c.clone()).await,
+            };
+            match result {
+                Err(e) if retries < NOSCRIPT_RETRIES && is_noscript(&e) => retries += 1,
+                other => return other,
+            }
+        }
     }
 
     async fn query<T: redis::FromRedisValue>(

@@ -3,6 +3,12 @@
 //! The text is constant (built at compile time from one file per
 //! algorithm plus the driver), so Redis caches it once and every decision
 //! is an EVALSHA with its parameters in KEYS and ARGV only.
+//!
+//! Parameters and reply are little-endian doubles (every value is an
+//! integer below 2^53, so exact): Lua reads them with one `struct.unpack`
+//! and answers with one `struct.pack`, where text would cost a `tonumber`
+//! per parameter and a table per reply, a large part of the Redis CPU of a
+//! decision.
 
 use std::sync::LazyLock;
 
@@ -13,8 +19,13 @@ use crate::rate::Rule;
 
 use super::keys::state_key;
 
-/// The script: exact integer helpers, the four algorithms, the driver.
+/// The script. The chunk runs in full on every EVALSHA, so it starts with
+/// what every call needs and the common call (one sliding-log hit), which
+/// returns before any function of the other paths is created: the exact
+/// integer helpers, the algorithms and the driver of batches.
 pub(crate) const SCRIPT_TEXT: &str = concat!(
+    include_str!("prelude.lua"),
+    include_str!("sliding_log_one.lua"),
     include_str!("arith.lua"),
     include_str!("sliding_log.lua"),
     include_str!("sliding_counter.lua"),
@@ -22,6 +33,16 @@ pub(crate) const SCRIPT_TEXT: &str = concat!(
     include_str!("gcra.lua"),
     include_str!("main.lua"),
 );
+
+/// Bytes of one number in the parameters and the reply.
+const NUMBER: usize = 8;
+/// Numbers per hit in the reply: allowed, remaining, retry_after, reset_after.
+const REPLY_NUMBERS: usize = 4;
+/// Bits of reset_after in an integer denial (see [`Plan::decisions`]).
+const COMPACT_SHIFT: u32 = 26;
+/// The largest expiry margin sent, in ms (about 35 years): keeps the
+/// script's TTL arithmetic exact and within what PEXPIRE accepts.
+const MAX_MARGIN_MS: u64 = 1 << 40;
 
 pub(crate) static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(SCRIPT_TEXT));
@@ -87,6 +108,12 @@ impl Plan {
     }
 
     /// The script invocation: `now` is `None` for Redis' own clock.
+    ///
+    /// ARGV\[1\] holds, as little-endian doubles: now (µs, or -1 for
+    /// Redis' clock), the expiry margin (ms) and the number of hits; then
+    /// for one hit its algorithm code, limit, window (µs) and cost, and for
+    /// several, per hit its KEYS index (from 1), algorithm code, limit,
+    /// window, cost and checked cost.
     pub(crate) fn invocation(
         &self,
         now: Option<u64>,
@@ -96,47 +123,110 @@ impl Plan {
         for key in &self.keys {
             call.key(key.as_str());
         }
-        match now {
-            Some(now) => call.arg(now),
-            None => call.arg(""),
-        };
-        call.arg(margin_ms).arg(self.hits.len());
-        for hit in &self.hits {
-            call.arg(hit.key_index + 1)
-                .arg(algorithm_code(hit.rule.algorithm()))
-                .arg(hit.rule.limit())
-                .arg(hit.rule.window_micros())
-                .arg(hit.cost)
-                .arg(hit.asked);
+        let mut spec = Vec::with_capacity(NUMBER * (3 + 6 * self.hits.len()));
+        let mut put = |x: f64| spec.extend_from_slice(&x.to_le_bytes());
+        // Times, limits, windows and costs are all below 2^53 (times by
+        // more than a century), so `as f64` is exact.
+        put(now.map_or(-1.0, |now| now as f64));
+        put(margin_ms.min(MAX_MARGIN_MS) as f64);
+        put(self.hits.len() as f64);
+        if let [hit] = self.hits.as_slice() {
+            // One hit: its key is KEYS[1] and it checks its own cost.
+            put(f64::from(algorithm_code(hit.rule.algorithm())));
+            put(hit.rule.limit() as f64);
+            put(hit.rule.window_micros() as f64);
+            put(hit.cost as f64);
+        } else {
+            for hit in &self.hits {
+                put((hit.key_index + 1) as f64);
+                put(f64::from(algorithm_code(hit.rule.algorithm())));
+                put(hit.rule.limit() as f64);
+                put(hit.rule.window_micros() as f64);
+                put(hit.cost as f64);
+                put(hit.asked as f64);
+            }
         }
+        call.arg(spec);
         call
     }
 
     /// The script's reply as one decision per hit.
-    pub(crate) fn decisions(&self, reply: &[i64]) -> Result<Vec<Decision>> {
-        if reply.len() != 5 * self.hits.len() {
+    ///
+    /// Usually four little-endian doubles per hit: allowed, remaining,
+    /// retry_after (µs), reset_after (µs). A single sliding-log hit answers
+    /// its two common decisions with an integer instead (a reply table or
+    /// string costs Redis measurable CPU): `r >= 0` is allowed with `r`
+    /// remaining, retry 0 and reset one window + 1 µs away (decided at
+    /// `now`); `r < 0` is denied with nothing remaining, and
+    /// `-r = retry_after * 2^26 + reset_after` (both below 2^26 µs).
+    pub(crate) fn decisions(&self, reply: &redis::Value) -> Result<Vec<Decision>> {
+        let bytes = match reply {
+            redis::Value::BulkString(bytes) => bytes,
+            &redis::Value::Int(r) => return self.compact_decision(r).map(|d| vec![d]),
+            other => {
+                return Err(Error::Store(format!(
+                    "the script answered an unexpected {other:?}"
+                )));
+            }
+        };
+        if bytes.len() != NUMBER * REPLY_NUMBERS * self.hits.len() {
             return Err(Error::Store(format!(
-                "the script answered {} numbers for {} hits",
-                reply.len(),
+                "the script answered {} bytes for {} hits",
+                bytes.len(),
                 self.hits.len()
             )));
         }
-        reply
-            .chunks_exact(5)
-            .map(|d| {
-                let field = |x: i64| {
-                    u64::try_from(x)
-                        .map_err(|_| Error::Store(format!("the script answered a negative {x}")))
+        bytes
+            .chunks_exact(NUMBER * REPLY_NUMBERS)
+            .zip(&self.hits)
+            .map(|(d, hit)| {
+                let field = |i: usize| {
+                    let mut number = [0u8; NUMBER];
+                    number.copy_from_slice(&d[NUMBER * i..NUMBER * (i + 1)]);
+                    let x = f64::from_le_bytes(number);
+                    // Exact integers below 2^53 only: anything else is a bug.
+                    if (0.0..9_007_199_254_740_992.0).contains(&x) && x.fract() == 0.0 {
+                        Ok(x as u64)
+                    } else {
+                        Err(Error::Store(format!("the script answered {x}")))
+                    }
                 };
                 Ok(Decision::from_parts(
-                    d[0] == 1,
-                    field(d[1])?,
-                    field(d[2])?,
-                    field(d[3])?,
-                    field(d[4])?,
+                    field(0)? == 1,
+                    hit.rule.limit(),
+                    field(1)?,
+                    field(2)?,
+                    field(3)?,
                 ))
             })
             .collect()
+    }
+
+    /// An integer reply: only for one sliding-log hit.
+    fn compact_decision(&self, r: i64) -> Result<Decision> {
+        let hit = match self.hits.as_slice() {
+            [hit] if hit.rule.algorithm() == Algorithm::SlidingLog => hit,
+            _ => {
+                return Err(Error::Store(format!(
+                    "the script answered {r} for {} hits",
+                    self.hits.len()
+                )));
+            }
+        };
+        let (limit, window) = (hit.rule.limit(), hit.rule.window_micros());
+        Ok(match u64::try_from(r) {
+            Ok(remaining) => Decision::from_parts(true, limit, remaining, 0, window + 1),
+            Err(_) => {
+                let times = r.unsigned_abs();
+                Decision::from_parts(
+                    false,
+                    limit,
+                    0,
+                    times >> COMPACT_SHIFT,
+                    times & ((1 << COMPACT_SHIFT) - 1),
+                )
+            }
+        })
     }
 }
 

@@ -1,6 +1,7 @@
 -- slidegate: the sliding window counter (see algorithm/sliding_counter.rs).
 --
--- One STRING per (key, rule): "start current previous".
+-- One STRING per (key, rule): start, current and previous counts, as three
+-- little-endian doubles.
 --
 -- Built on first use in a call: an EVALSHA runs the whole chunk, and
 -- creating the functions of algorithms a call does not use costs Redis CPU.
@@ -12,11 +13,10 @@ local function build_sliding_counter()
     local st = { key = key, limit = limit, window = window, start = 0, cur = 0, prev = 0 }
     local value = redis.call('GET', key)
     if value then
-      local start, cur, prev = string.match(value, '^(%d+) (%d+) (%d+)$')
-      if not start then
+      if #value ~= 24 then
         error('slidegate: malformed sliding_counter state at ' .. key)
       end
-      st.start, st.cur, st.prev = tonumber(start), tonumber(cur), tonumber(prev)
+      st.start, st.cur, st.prev = bunpack('<ddd', value)
       st.existed = true
     end
     return st
@@ -101,8 +101,8 @@ local function build_sliding_counter()
 
   function sliding_counter.save(st, now, margin)
     local deadline = counter_deadline(st) or now
-    local value = int(st.start) .. ' ' .. int(st.cur) .. ' ' .. int(st.prev)
-    redis.call('SET', st.key, value, 'PX', ttl_ms(deadline, now, margin))
+    local value = bpack('<ddd', st.start, st.cur, st.prev)
+    redis.call('SET', st.key, value, 'PX', format('%d', ttl_ms(deadline, now, margin)))
   end
   return sliding_counter
 end

@@ -1,176 +1,150 @@
--- slidegate: the exact sliding log (see algorithm/sliding_log.rs).
+-- slidegate: the exact sliding log (see algorithm/sliding_log.rs), for
+-- batches; one hit alone takes the same steps in sliding_log_one.lua.
 --
--- One LIST per (key, rule), appended in time order and trimmed from the front:
+-- One STRING per (key, rule): fixed-size records, then a 71-byte header.
 --
---   [base, H, t1 - base, T1, t2 - base, T2, ..., tn - base, Tn]
+--   record: time (ow bytes) and running total (tw bytes), unsigned
+--           little-endian, each modulo its width's range: 256^ow > W and
+--           256^tw > L, chosen when the log starts (4 bytes at 100/1s).
+--   header: H, o1, T1, nt, nT, s, e, exp (little-endian doubles), the
+--           record format "<IowItw" (5 chars), ow, tw (1 byte each).
 --
--- H is the running total just before the first entry, t_i an admission time
--- (µs, stored relative to base so it packs into a small listpack integer) and
--- T_i the running total up to and including entry i. Usage is Tn - H; the
--- entry that decides retry_after is the first with T_i >= target. Dropping
--- the entries before k is one LTRIM that keeps entry k-1's pair, whose total
--- is the new H, and one LSET that puts base back in front of it. Admissions
--- in the same µs merge into the last pair.
+-- H is the running total just before the first live record, o1 and T1 that
+-- record's time and total, nt and nT the newest record's; usage is nT - H.
+-- Records at bytes [s, e) are the log (the header starts at e); those
+-- before s were dropped and stay until a compaction rewrites the live ones
+-- (when as many bytes are dead as live). exp is the time (µs, the decision
+-- clock) until which the key's TTL keeps it.
 --
--- Redis CPU goes mostly into each command and each element it returns, so
--- a call reads the header, the first and the last entry (two LRANGEs), and
--- any other entry only when a decision needs it.
+-- Why a record decodes from its truncated bytes: every record kept lies in
+-- [nt - W, nt] (each admission drops what is more than W older than it,
+-- then becomes the newest) with a total in (nT - L, nT], and both ranges are
+-- narrower than 256^ow and 256^tw. So time = nt - ((nt - t) mod 256^ow),
+-- and likewise for totals: nothing is ever rebased, and the absolute
+-- values in the header stay below 2^53 (totals are shifted down by a
+-- multiple of 256^tw once H passes 2^40).
 --
--- Built on first use in a call: an EVALSHA runs the whole chunk, and
--- creating the functions of algorithms a call does not use costs Redis CPU.
+-- A call reads the header and up to 64 bytes of records before it (all of
+-- a small log) with one GETRANGE, and reads further records only to drop
+-- expired ones or find the deciding one. An admission writes the newest
+-- record and the header with one SETRANGE (or SET when the log starts or
+-- is compacted).
+--
+-- Built on first use in a batch.
 
 local function build_sliding_log()
   local sliding_log = {}
 
-  local REBASE_TOTAL = 1099511627776 -- 2^40
-  local REBASE_OFFSET = 2147483648 -- 2^31 µs (~36 min)
-
   function sliding_log.load(key, limit, window)
-    local st = { key = key, limit = limit, window = window, ct = {}, cT = {} }
-    local head = redis.call('LRANGE', key, 0, 3)
-    if #head < 4 then
+    local st = { key = key, limit = limit, window = window, live = false }
+    local raw = redis.call('GETRANGE', key, '-135', '-1')
+    local size = #raw
+    if size == 0 then
       return st
     end
-    st.exists, st.existed = true, true
-    st.base, st.H = tonumber(head[1]), tonumber(head[2])
-    st.ct[1], st.cT[1] = st.base + tonumber(head[3]), tonumber(head[4])
-    local tail = redis.call('LRANGE', key, -2, -1)
-    st.nt, st.nT = st.base + tonumber(tail[1]), tonumber(tail[2])
+    if size < 71 then
+      error('slidegate: malformed sliding log at ' .. key)
+    end
+    st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw =
+      bunpack('<ddddddddc5BB', raw, size - 70)
+    st.live, st.existed = true, true
+    st.raw, st.rawstart = raw, st.e - (size - 71)
+    st.M, st.MT = 256 ^ st.ow, 256 ^ st.tw
+    st.ntm, st.nTm = st.nt % st.M, st.nT % st.MT
     return st
   end
 
-  -- Reads entries from .. to (fewer past the end) into the cache; returns
-  -- how many it read.
-  local function log_read(st, from, to)
-    local raw = redis.call('LRANGE', st.key, 2 * from, 2 * to + 1)
-    local count = #raw / 2
-    for j = 1, count do
-      st.ct[from + j - 1] = st.base + tonumber(raw[2 * j - 1])
-      st.cT[from + j - 1] = tonumber(raw[2 * j])
+  -- Time and running total of the record at byte p (s <= p < e) of the log
+  -- as loaded: from the bytes in hand, or read with up to `span` after it.
+  local function record_at(st, p, span)
+    local off, total
+    if p >= st.rawstart then
+      off, total = bunpack(st.fmt, st.raw, p - st.rawstart + 1)
+    else
+      if not st.chunk or p < st.cfrom or p >= st.cto then
+        local to = p + span * (st.ow + st.tw)
+        if to > st.e then
+          to = st.e
+        end
+        st.chunk = redis.call('GETRANGE', st.key, format('%d', p), format('%d', to - 1))
+        st.cfrom, st.cto = p, to
+      end
+      off, total = bunpack(st.fmt, st.chunk, p - st.cfrom + 1)
     end
-    return count
+    local back, less = st.ntm - off, st.nTm - total
+    if back < 0 then
+      back = back + st.M
+    end
+    if less < 0 then
+      less = less + st.MT
+    end
+    return st.nt - back, st.nT - less
   end
 
-  -- Running total of entry i, or nil past the end.
-  local function log_total(st, i)
-    if st.cT[i] == nil then
-      log_read(st, i, i)
-    end
-    return st.cT[i]
-  end
-
-  -- Time of entry i (which exists).
-  local function log_time(st, i)
-    if st.ct[i] == nil then
-      log_read(st, i, i)
-    end
-    return st.ct[i]
-  end
-
-  -- Drops the entries more than a window older than t. The first live
-  -- entry is found by galloping from the front: every expired entry is read
-  -- about once before it is deleted.
-  local function log_drop_expired(st, t)
+  -- Drops the records more than a window older than t.
+  local function drop_expired(st, t)
     local W = st.window
-    if not st.exists or st.ct[1] + W >= t then
+    if not st.live or st.o1 + W >= t then
       return
     end
+    -- Dropping changes the state even when nothing is recorded: a clock
+    -- that steps back must not revive them.
+    st.dirty = true
     if st.nt + W < t then
-      redis.call('DEL', st.key)
-      st.exists, st.ct, st.cT = false, {}, {}
+      st.live = false
       return
     end
-    local k, from, step = nil, 2, 1
-    while not k do
-      if st.ct[from] == nil then
-        log_read(st, from, from + step - 1)
+    local rec = st.ow + st.tw
+    local p, before, at, total = st.s + rec, st.T1
+    while true do
+      at, total = record_at(st, p, (p - st.s) / rec + 4)
+      if at + W >= t then
+        break
       end
-      for i = from, from + step - 1 do
-        local at = st.ct[i]
-        if at == nil then
-          error('slidegate: sliding log ' .. st.key .. ' ends before its newest entry')
-        end
-        if at + W >= t then
-          k = i
-          break
-        end
-      end
-      from, step = from + step, step * 2
+      p, before = p + rec, total
     end
-    local before = st.cT[k - 1]
-    redis.call('LTRIM', st.key, 2 * (k - 1), -1)
-    redis.call('LSET', st.key, 0, int(st.base))
-    st.H = before
-    local ct, cT = {}, {}
-    for i, at in pairs(st.ct) do
-      if i >= k then
-        ct[i - k + 1], cT[i - k + 1] = at, st.cT[i]
-      end
-    end
-    st.ct, st.cT = ct, cT
+    st.H, st.o1, st.T1, st.s = before, at, total, p
   end
 
-  -- The first entry whose running total reaches target (entry n does).
-  -- Entries cost at least 1, so it is at most target - H places in, and
-  -- exactly there when every entry costs 1: usually one read, or none.
-  local function log_deciding(st, target)
-    if st.cT[1] >= target then
-      return 1
+  -- Time of the first record whose running total reaches target (the
+  -- newest does). Records cost at least 1, so it is at most target - H
+  -- records in, and exactly there when every record costs 1.
+  local function deciding(st, target)
+    if st.T1 >= target then
+      return st.o1
     end
-    local hi = target - st.H
-    if st.cT[hi] == nil and log_read(st, hi - 1, hi) < 2 then
-      hi = (redis.call('LLEN', st.key) - 2) / 2
-      st.ct[hi], st.cT[hi] = st.nt, st.nT
+    local rec = st.ow + st.tw
+    local hi = st.s + (target - st.H - 1) * rec
+    if hi > st.e - rec then
+      hi = st.e - rec
     end
-    local lo = 2
-    if log_total(st, hi - 1) < target then
-      return hi
+    local _, before = record_at(st, hi - rec, 2)
+    if before < target then
+      return (record_at(st, hi, 1))
     end
-    hi = hi - 1
+    local lo = st.s + rec
+    hi = hi - rec
     while lo < hi do
-      local mid = math.floor((lo + hi) / 2)
-      if log_total(st, mid) >= target then
+      local mid = lo + math.floor((hi - lo) / rec / 2) * rec
+      local _, total = record_at(st, mid, 1)
+      if total >= target then
         hi = mid
       else
-        lo = mid + 1
+        lo = mid + rec
       end
     end
-    return lo
-  end
-
-  -- Rewrites the list with H = 0 and base = the oldest time, so totals and
-  -- offsets stay small integers (and below 2^53) on a key that never empties.
-  -- O(n), and only after totals grew by 2^40 or time moved by 2^31 µs.
-  local function log_rebase(st)
-    local raw = redis.call('LRANGE', st.key, 2, -1)
-    local H, old_base, base = st.H, st.base, st.ct[1]
-    redis.call('DEL', st.key)
-    local chunk = { int(base), 0 }
-    for i = 1, #raw, 2 do
-      chunk[#chunk + 1] = int(old_base + tonumber(raw[i]) - base)
-      chunk[#chunk + 1] = int(tonumber(raw[i + 1]) - H)
-      if #chunk >= 1000 then
-        redis.call('RPUSH', st.key, unpack(chunk))
-        chunk = {}
-      end
-    end
-    if #chunk > 0 then
-      redis.call('RPUSH', st.key, unpack(chunk))
-    end
-    st.H, st.base, st.nT = 0, base, st.nT - H
-    st.ct, st.cT = { base }, { tonumber(raw[2]) - H }
+    return (record_at(st, lo, 1))
   end
 
   function sliding_log.check(st, now, cost)
     local L, W = st.limit, st.window
     local t = now
-    if st.exists and st.nt > now then
+    if st.live and st.nt > now then
       t = st.nt
     end
-    log_drop_expired(st, t)
-    local usage = 0
-    local reset_now = 0
-    if st.exists then
+    drop_expired(st, t)
+    local usage, reset_now = 0, 0
+    if st.live then
       usage = st.nT - st.H
       reset_now = until_(st.nt + W + 1, now)
     end
@@ -181,39 +155,91 @@ local function build_sliding_log()
       end
       return 1, L, L - usage - cost, 0, until_(t + W + 1, now)
     end
-    local k = log_deciding(st, st.nT + asked - L)
-    return 0, L, math.max(L - usage, 0), until_(log_time(st, k) + W + 1, now), reset_now
+    local at = deciding(st, st.nT + asked - L)
+    return 0, L, math.max(L - usage, 0), until_(at + W + 1, now), reset_now
   end
 
+  -- In memory only: save writes. All records of one call share its time,
+  -- so they make at most one new record (the first appends, the rest merge).
   function sliding_log.record(st, now, cost)
-    st.dirty = true
-    if not st.exists then
-      redis.call('RPUSH', st.key, int(now), 0, 0, int(cost))
-      st.exists, st.base, st.H, st.nt, st.nT = true, now, 0, now, cost
-      st.ct, st.cT = { now }, { cost }
+    st.dirty, st.recorded = true, true
+    if not st.live then
+      local ow, tw = 1, 1
+      while 256 ^ ow <= st.window do
+        ow = ow + 1
+      end
+      while 256 ^ tw <= st.limit do
+        tw = tw + 1
+      end
+      st.fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
+      st.ow, st.tw, st.fresh, st.live = ow, tw, true, true
+      st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e = 0, now, cost, now, cost, 0, ow + tw
       return
     end
-    if now <= st.nt then
-      st.nT = st.nT + cost
-      redis.call('LSET', st.key, -1, int(st.nT))
-      if st.ct[1] == st.nt then
-        st.cT[1] = st.nT
+    local t = now
+    if st.nt > now then
+      t = st.nt
+    end
+    local rec = st.ow + st.tw
+    st.nT = st.nT + cost
+    if t == st.nt then
+      if st.s == st.e - rec then
+        st.T1 = st.nT
+      end
+    else
+      st.nt, st.e = t, st.e + rec
+    end
+    if st.H >= 1099511627776 then
+      local d = st.H - st.H % 256 ^ st.tw
+      st.H, st.T1, st.nT = st.H - d, st.T1 - d, st.nT - d
+    end
+  end
+
+  function sliding_log.save(st, now, margin)
+    if not st.recorded then
+      -- Records were dropped, none added.
+      if not st.live then
+        redis.call('DEL', st.key)
+      else
+        redis.call('SETRANGE', st.key, format('%d', st.e), bpack('<ddddddddc5BB', st.H, st.o1, st.T1,
+          st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
       end
       return
     end
-    if st.H >= REBASE_TOTAL or st.ct[1] - st.base >= REBASE_OFFSET then
-      log_rebase(st)
+    local W, rec = st.window, st.ow + st.tw
+    local deadline, slack = st.nt + W + 1, (W - W % 2) / 2
+    local pos = st.e - rec
+    if st.fresh then
+      st.exp = deadline
+      redis.call('SET', st.key, bpack(st.fmt .. 'ddddddddc5BB', st.nt, st.nT, st.H, st.o1, st.T1,
+        st.nt, st.nT, 0, rec, st.exp, st.fmt, st.ow, st.tw), 'PX', format('%d', ttl_ms(st.exp, now, margin)))
+      return
     end
-    st.nT = st.nT + cost
-    redis.call('RPUSH', st.key, int(now - st.base), int(st.nT))
-    st.nt = now
-  end
-
-  -- Trimming wrote at once; after an admission the key lives until idle.
-  function sliding_log.save(st, now, margin)
-    redis.call('PEXPIRE', st.key, ttl_ms(st.nt + st.window + 1, now, margin))
+    if st.s >= 64 and st.s > st.e - st.s then
+      local kept = ''
+      if pos > st.s then
+        if st.s >= st.rawstart then
+          kept = string.sub(st.raw, st.s - st.rawstart + 1, pos - st.rawstart)
+        else
+          kept = redis.call('GETRANGE', st.key, format('%d', st.s), format('%d', pos - 1))
+        end
+      end
+      st.exp = deadline + slack
+      redis.call('SET', st.key, kept .. bpack(st.fmt .. 'ddddddddc5BB', st.nt, st.nT, st.H, st.o1,
+        st.T1, st.nt, st.nT, 0, st.e - st.s, st.exp, st.fmt, st.ow, st.tw), 'PX',
+        format('%d', ttl_ms(st.exp, now, margin)))
+      return
+    end
+    local expire = st.exp < deadline
+    if expire then
+      st.exp = deadline + slack
+    end
+    redis.call('SETRANGE', st.key, format('%d', pos), bpack(st.fmt .. 'ddddddddc5BB', st.nt, st.nT,
+      st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
+    if expire then
+      redis.call('PEXPIRE', st.key, format('%d', ttl_ms(st.exp, now, margin)))
+    end
   end
 
   return sliding_log
 end
-

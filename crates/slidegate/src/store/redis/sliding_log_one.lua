@@ -1,0 +1,197 @@
+-- slidegate: the sliding log for one hit, the call nearly every decision
+-- makes: the steps of sliding_log.lua (which describes the layout and
+-- serves batches), inline on locals, with no table and no closure (a
+-- closure over these locals costs more than a redis.call). Deciding takes
+-- two redis.calls (TIME and one GETRANGE), admitting one more (SETRANGE, or
+-- SET when the log starts or is compacted). A denial decided by any record
+-- but the oldest live one (costs above 1) falls through to the batch code,
+-- which decides the call afresh: nothing has been written by then.
+--
+-- The two common answers are integers (cheaper for Redis than a string):
+-- r >= 0 is allowed, r remaining, retry 0 and reset W + 1 µs away (decided
+-- at now); r < 0 is denied, nothing remaining, -r = retry * 2^26 + reset
+-- (both below 2^26 µs). Any other answer is the usual four doubles.
+
+if n == 1 and code == 0 then
+  local key = KEYS[1]
+  -- The header and up to 64 bytes of records before it: all of a small log.
+  local raw = redis.call('GETRANGE', key, '-135', '-1')
+  local size = #raw
+  local live, H, o1, T1, nt, nT = false, 0, 0, 0, 0, 0
+  if size > 0 then
+    if size < 71 then
+      return redis.error_reply('slidegate: malformed sliding log at ' .. key)
+    end
+    H, o1, T1, nt, nT = bunpack('<ddddd', raw, size - 70)
+    live = true
+  end
+  local t = now
+  if live and nt > now then
+    t = nt
+  end
+  -- The rest of the header, unpacked when needed.
+  local s, e, exp, fmt, ow, tw
+
+  -- Drop the records more than a window old (in the header only: the bytes
+  -- stay until the next compaction). Dropping changes the state even when
+  -- nothing is recorded: a clock that steps back must not revive them.
+  local dropped
+  if live and o1 + W < t then
+    dropped = true
+    if nt + W < t then
+      live = false
+    else
+      s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
+      -- The first live record, scanning from the second: from the bytes in
+      -- hand, or read ahead as far again as scanned so far (so each expired
+      -- record is read about once). Stored times and totals are truncated,
+      -- and decoded against the newest record (see sliding_log.lua).
+      local rec, M, MT = ow + tw, 256 ^ ow, 256 ^ tw
+      local ntm, nTm, rawstart = nt % M, nT % MT, e - (size - 71)
+      local p, before, at, total, chunk, from, to = s + rec, T1
+      while true do
+        local back, less
+        if p >= rawstart then
+          back, less = bunpack(fmt, raw, p - rawstart + 1)
+        else
+          if not chunk or p >= to then
+            from, to = p, 2 * p - s + 4 * rec
+            if to > e then
+              to = e
+            end
+            chunk = redis.call('GETRANGE', key, format('%d', from), format('%d', to - 1))
+          end
+          back, less = bunpack(fmt, chunk, p - from + 1)
+        end
+        back, less = ntm - back, nTm - less
+        if back < 0 then
+          back = back + M
+        end
+        if less < 0 then
+          less = less + MT
+        end
+        at, total = nt - back, nT - less
+        if at + W >= t then
+          break
+        end
+        p, before = p + rec, total
+      end
+      H, o1, T1, s = before, at, total, p
+    end
+  end
+
+  local usage, reset_now = 0, 0
+  if live then
+    usage = nT - H
+    reset_now = nt + W + 1 - now
+  end
+  local need, reply = cost
+  if need < 1 then
+    need = 1
+  end
+  if usage + need > L then
+    -- Passes once the records up to the first whose running total reaches
+    -- nT + need - L have expired: the oldest when every record costs 1.
+    if T1 >= nT + need - L then
+      local retry = o1 + W + 1 - now
+      if usage >= L and reset_now < 67108864 then
+        reply = -(retry * 67108864 + reset_now)
+      else
+        reply = bpack('<dddd', 0, L - usage, retry, reset_now)
+      end
+    end
+  elseif cost == 0 then
+    reply = bpack('<dddd', 1, L - usage, 0, reset_now)
+  else
+    -- Admitted: record (t, cost); the key must outlive the new record.
+    local deadline = t + W + 1
+    local value, offset, expire
+    if not live then
+      -- A new log, written whole: widths such that 256^ow > W, 256^tw > L.
+      ow, tw = 1, 1
+      while 256 ^ ow <= W do
+        ow = ow + 1
+      end
+      while 256 ^ tw <= L do
+        tw = tw + 1
+      end
+      fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
+      exp, expire = deadline, true
+      value = bpack(fmt .. 'ddddddddc5BB', t, cost, 0, t, cost, t, cost, 0, ow + tw, exp, fmt, ow, tw)
+    else
+      if not s then
+        s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
+      end
+      local rec, rawstart = ow + tw, e - (size - 71)
+      nT = nT + cost
+      if t == nt then
+        -- Same µs as the newest record: it takes the cost.
+        if s == e - rec then
+          T1 = nT
+        end
+      else
+        nt, e = t, e + rec
+      end
+      if H >= 1099511627776 then
+        -- Keep totals far below 2^53: shift them by a multiple of 256^tw,
+        -- which leaves every stored total as it is.
+        local d = H - H % 256 ^ tw
+        H, T1, nT = H - d, T1 - d, nT - d
+      end
+      local pos, slack = e - rec, (W - W % 2) / 2
+      if s >= 64 and s > e - s then
+        -- As many bytes dead as live: rewrite the live ones (O(1) amortized).
+        local kept = ''
+        if pos > s then
+          if s >= rawstart then
+            kept = string.sub(raw, s - rawstart + 1, pos - rawstart)
+          else
+            kept = redis.call('GETRANGE', key, format('%d', s), format('%d', pos - 1))
+          end
+        end
+        exp, expire = deadline + slack, true
+        value = kept .. bpack(fmt .. 'ddddddddc5BB', nt, nT, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
+      else
+        -- Usually: the newest record and the header, in place. The expiry
+        -- moves only when the key would otherwise expire too early, and then
+        -- half a window further: a busy key sets it once per half window.
+        if exp < deadline then
+          exp, expire = deadline + slack, true
+        end
+        offset = pos
+        value = bpack(fmt .. 'ddddddddc5BB', nt, nT, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
+      end
+    end
+    local ttl
+    if expire then
+      local x = exp - now
+      ttl = (x - x % 1000) / 1000 + margin
+      if x % 1000 > 0 then
+        ttl = ttl + 1
+      end
+      ttl = format('%d', ttl)
+    end
+    if offset then
+      redis.call('SETRANGE', key, format('%d', offset), value)
+      if expire then
+        redis.call('PEXPIRE', key, ttl)
+      end
+    else
+      redis.call('SET', key, value, 'PX', ttl)
+    end
+    if t == now then
+      return L - usage - cost
+    end
+    return bpack('<dddd', 1, L - usage - cost, 0, deadline - now)
+  end
+  if reply then
+    if dropped then
+      if not live then
+        redis.call('DEL', key)
+      else
+        redis.call('SETRANGE', key, format('%d', e), bpack('<ddddddddc5BB', H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw))
+      end
+    end
+    return reply
+  end
+end
