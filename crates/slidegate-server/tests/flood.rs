@@ -49,6 +49,7 @@ async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
         timeout_ms: 50,
         clock: ClockMode::Server,
         max_keys: MAX_KEYS,
+        deny_cache_entries: 100_000,
     };
     Backend::connect(&args).await.expect("the store opens")
 }

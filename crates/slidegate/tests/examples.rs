@@ -22,6 +22,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::redis_log::read_log;
 use common::redis_server::RedisServer;
 use http::StatusCode;
 use http_body_util::Full;
@@ -265,17 +266,9 @@ fn read_log_until(
             let mut seen = BTreeMap::new();
             let (mut last, mut longest_gap) = (Instant::now(), Duration::ZERO);
             while Instant::now() < until {
-                // The stored layout: [base, total before, (time - base, running total)...].
-                let raw: Vec<u64> = redis::AsyncCommands::lrange(&mut conn, &key, 0, -1)
-                    .await
-                    .expect("LRANGE");
-                if let [base, before, pairs @ ..] = raw.as_slice() {
-                    let mut total = *before;
-                    for pair in pairs.chunks_exact(2) {
-                        let cost = seen.entry(base + pair[0]).or_insert(0);
-                        *cost = (pair[1] - total).max(*cost);
-                        total = pair[1];
-                    }
+                for (at, cost) in read_log(&mut conn, &key).await {
+                    let seen_cost = seen.entry(at).or_insert(0);
+                    *seen_cost = cost.max(*seen_cost);
                 }
                 longest_gap = longest_gap.max(last.elapsed());
                 last = Instant::now();

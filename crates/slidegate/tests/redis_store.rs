@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use common::redis_log::read_log;
 use common::redis_server::RedisServer;
 use redis::AsyncCommands;
 use slidegate::clock::ManualClock;
@@ -27,46 +28,6 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection()
         .await
         .expect("a plain connection")
-}
-
-/// A sliding log as stored (see `store/redis/sliding_log.lua`): `(time µs,
-/// cost)` per live record, oldest first.
-async fn read_log(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<(u64, u64)> {
-    let raw: Option<Vec<u8>> = conn.get(key).await.expect("GET");
-    decode_log(&raw.unwrap_or_default())
-}
-
-/// Records `[s, e)`, then the header: H, o1, T1, nt, nT, s, e, exp (f64 LE),
-/// the record format (5 bytes), ow, tw. A record is its time modulo
-/// 256^ow and its running total modulo 256^tw, little-endian.
-fn decode_log(raw: &[u8]) -> Vec<(u64, u64)> {
-    const HEADER: usize = 71;
-    let Some(at) = raw.len().checked_sub(HEADER) else {
-        return Vec::new();
-    };
-    let header = &raw[at..];
-    let number = |i: usize| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(&header[8 * i..8 * i + 8]);
-        f64::from_le_bytes(bytes) as u64
-    };
-    let (before, newest_at, newest_total) = (number(0), number(3), number(4));
-    let (s, e) = (number(5) as usize, number(6) as usize);
-    let (ow, tw) = (usize::from(header[69]), usize::from(header[70]));
-    let little = |b: &[u8]| b.iter().rev().fold(0u64, |a, &x| a << 8 | u64::from(x));
-    let (time_mask, total_mask) = ((1u64 << (8 * ow)) - 1, (1u64 << (8 * tw)) - 1);
-    let mut before = before;
-    raw[s..e]
-        .chunks_exact(ow + tw)
-        .map(|record| {
-            let time = newest_at - (newest_at.wrapping_sub(little(&record[..ow])) & time_mask);
-            let total =
-                newest_total - (newest_total.wrapping_sub(little(&record[ow..])) & total_mask);
-            let cost = total - before;
-            before = total;
-            (time, cost)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,6 +82,7 @@ pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> B
         timeout_ms,
         clock: ClockMode::Server,
         max_keys: 1_000_000,
+        deny_cache_entries: 100_000,
     };
     Backend::connect(&args).await.expect("the store opens")
 }

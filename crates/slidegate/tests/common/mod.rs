@@ -1,3 +1,4 @@
 #![allow(dead_code)]
+pub mod redis_log;
 pub mod redis_server;
 pub mod reference;
