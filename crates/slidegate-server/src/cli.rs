@@ -157,8 +157,9 @@ pub enum ClockMode {
 #[derive(Clone, Debug, Args)]
 pub struct StoreArgs {
     /// Where the limiter keeps its state: `memory` (this process only;
-    /// lost on restart). The Redis store (`redis://`, `rediss://`,
-    /// `redis+cluster://` URLs) is not available in this version yet.
+    /// lost on restart), `redis://[user:password@]host:port[/db]`,
+    /// `rediss://…` (TLS) or `redis+cluster://host1:port1,host2:port2`
+    /// (shared by every instance that points at it).
     #[arg(
         long = "store",
         value_name = "URL",

@@ -26,14 +26,10 @@ pub const STORE_TIMEOUT: Duration = Duration::from_millis(100);
 /// and whatever else runs. Well under what an unbounded call would wait
 /// for (the 1 s connect timeout, the client's reconnection pauses).
 pub const MARGIN: Duration = Duration::from_millis(400);
-/// How soon after Redis is back every answer must come from it again.
-///
-/// The target is 2 s. What bounds it today is the Redis client's reconnect
-/// backoff (redis-rs' connection manager, 100 ms doubling with no cap), not
-/// the circuit breaker (probes at least once a second): after a 3 s outage
-/// its next attempt comes about 2.1 s after Redis is back. See
-/// docs/RELIABILITY.md, "Recovery".
-pub const RECOVERY: Duration = Duration::from_millis(3_500);
+/// How soon after Redis is back every answer must come from it again: the
+/// circuit breaker probes at least once a second, the Redis client waits at
+/// most 250 ms between reconnection attempts.
+pub const RECOVERY: Duration = Duration::from_millis(2_000);
 
 /// The rule of every counter, over HTTP and gRPC alike.
 pub const LIMIT: u64 = 30;

@@ -58,6 +58,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Requests the multiplexed connection buffers before it applies
 /// backpressure (redis-rs' default of 50 throttles concurrent decisions).
 const PIPELINE_BUFFER: usize = 1024;
+/// Longest pause between two reconnection attempts. redis-rs doubles its
+/// pause from 100 ms without a cap, and every call waits for the pending
+/// reconnection: after a 5 s outage the store came back 5 s late.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 /// Further attempts when the script cache is flushed again while redis-rs
 /// reloads the script (see `Inner::invoke`).
 const NOSCRIPT_RETRIES: u32 = 3;
@@ -267,8 +271,11 @@ impl RedisStoreBuilder {
         let client = redis::Client::open(self.url.as_str()).map_err(config_error)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(Some(self.timeout))
-            .set_pipeline_buffer_size(PIPELINE_BUFFER);
+            // `Inner::within` bounds every call, reconnection included; a
+            // second timer per call inside redis-rs would only cost time.
+            .set_response_timeout(None)
+            .set_pipeline_buffer_size(PIPELINE_BUFFER)
+            .set_max_delay(RECONNECT_MAX_DELAY);
         let manager =
             ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)?;
         Ok(Connection::Node(manager))
