@@ -17,12 +17,11 @@ mod axum_redis;
 // The Redis example includes the login example: one copy of it.
 use axum_redis::axum_login;
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::redis_log::read_log;
+use common::redis_log::read_log_until;
 use common::redis_server::RedisServer;
 use http::StatusCode;
 use http_body_util::Full;
@@ -242,41 +241,6 @@ async fn axum_redis_instances_share_each_accounts_five_attempts() {
             StatusCode::UNAUTHORIZED
         );
     }
-}
-
-/// Reads the sliding log at `key` every 20 ms until `until`, on a thread
-/// of its own so the load cannot starve it: `(time µs, cost)` of every
-/// admission seen, and the longest gap between two reads.
-fn read_log_until(
-    url: String,
-    key: String,
-    until: Instant,
-) -> std::thread::JoinHandle<(BTreeMap<u64, u64>, Duration)> {
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async move {
-            let mut conn = redis::Client::open(url)
-                .expect("a valid URL")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("a plain connection");
-            let mut seen = BTreeMap::new();
-            let (mut last, mut longest_gap) = (Instant::now(), Duration::ZERO);
-            while Instant::now() < until {
-                for (at, cost) in read_log(&mut conn, &key).await {
-                    let seen_cost = seen.entry(at).or_insert(0);
-                    *seen_cost = cost.max(*seen_cost);
-                }
-                longest_gap = longest_gap.max(last.elapsed());
-                last = Instant::now();
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (seen, longest_gap)
-        })
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

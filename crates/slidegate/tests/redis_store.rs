@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::redis_log::read_log;
+use common::redis_log::read_log_until;
 use common::redis_server::RedisServer;
 use redis::AsyncCommands;
 use slidegate::clock::ManualClock;
@@ -44,36 +44,13 @@ async fn three_stores_and_96_tasks_never_admit_more_than_the_limit_in_any_window
     let admitted = Arc::new(AtomicU64::new(0));
     let denied = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_millis(1200);
-    // Read the log back every 20 ms, on a thread of its own so the hammering
-    // tasks cannot starve it: an entry lives 300 ms, so every one is seen,
-    // and seen with its final cost once Redis' clock has passed it.
-    let url = server.url();
-    let reader = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime");
-        runtime.block_on(async move {
-            let mut conn = redis::Client::open(url)
-                .expect("a valid URL")
-                .get_multiplexed_async_connection()
-                .await
-                .expect("a plain connection");
-            let mut seen = std::collections::BTreeMap::new();
-            let mut last = Instant::now();
-            let mut longest_gap = Duration::ZERO;
-            while Instant::now() < deadline + Duration::from_millis(100) {
-                for (at, cost) in read_log(&mut conn, &redis_key).await {
-                    let c = seen.entry(at).or_insert(0);
-                    *c = cost.max(*c);
-                }
-                longest_gap = longest_gap.max(last.elapsed());
-                last = Instant::now();
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            (seen, longest_gap)
-        })
-    });
+    // An entry lives 300 ms and the log is read every 20 ms, so every one
+    // is seen, with its final cost once Redis' clock has passed it.
+    let reader = read_log_until(
+        server.url(),
+        redis_key,
+        deadline + Duration::from_millis(100),
+    );
     let mut tasks = Vec::new();
     for store in &stores {
         for _ in 0..32 {
@@ -361,12 +338,15 @@ async fn failures_are_typed_errors() {
         .await
         .expect_err("no TLS there");
     assert!(err.is_store_failure(), "{err:?}");
-    // And it recovers once Redis answers again.
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    assert!(
-        slow.acquire("k", &[rule], 1)
-            .await
-            .expect("a decision")
-            .allowed()
-    );
+    // And it recovers once Redis answers again (a few tries: on a busy
+    // machine one round trip can take longer than the 50 ms deadline).
+    let mut answer = Err(Error::NoRules);
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        answer = slow.acquire("k", &[rule], 1).await;
+        if answer.is_ok() {
+            break;
+        }
+    }
+    assert!(answer.expect("a decision").allowed());
 }

@@ -1,6 +1,9 @@
 //! Reads a sliding log back from Redis as stored, to check admissions
 //! against the limit from outside the store.
 
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
 use redis::AsyncCommands;
 
 /// A sliding log as stored (see `store/redis/sliding_log.lua`): `(time µs,
@@ -41,4 +44,39 @@ pub fn decode_log(raw: &[u8]) -> Vec<(u64, u64)> {
             (time, cost)
         })
         .collect()
+}
+
+/// Reads the sliding log at `key` every 20 ms until `until`, on a thread
+/// of its own so the load cannot starve it: `(time µs, cost)` of every
+/// admission seen, and the longest gap between two reads.
+pub fn read_log_until(
+    url: String,
+    key: String,
+    until: Instant,
+) -> std::thread::JoinHandle<(BTreeMap<u64, u64>, Duration)> {
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let mut conn = redis::Client::open(url)
+                .expect("a valid URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("a plain connection");
+            let mut seen = BTreeMap::new();
+            let (mut last, mut longest_gap) = (Instant::now(), Duration::ZERO);
+            while Instant::now() < until {
+                for (at, cost) in read_log(&mut conn, &key).await {
+                    let seen_cost = seen.entry(at).or_insert(0);
+                    *seen_cost = cost.max(*seen_cost);
+                }
+                longest_gap = longest_gap.max(last.elapsed());
+                last = Instant::now();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (seen, longest_gap)
+        })
+    })
 }
