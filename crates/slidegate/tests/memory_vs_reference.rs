@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::cost::{Cost, cost};
 use common::reference::Reference;
 use proptest::prelude::*;
 use slidegate::clock::ManualClock;
@@ -28,27 +29,6 @@ enum Op {
     Reset(usize),
 }
 
-/// A cost relative to the rule's limit, so every rule sees probes, small
-/// costs, its whole limit and too much.
-#[derive(Clone, Copy, Debug)]
-enum Cost {
-    Fixed(u64),
-    Limit,
-    AboveLimit,
-    Fraction(u8),
-}
-
-impl Cost {
-    fn resolve(self, limit: u64) -> u64 {
-        match self {
-            Cost::Fixed(c) => c,
-            Cost::Limit => limit,
-            Cost::AboveLimit => limit + 1,
-            Cost::Fraction(f) => (limit * f as u64 / 255).max(1),
-        }
-    }
-}
-
 fn rule() -> impl Strategy<Value = Rule> {
     let limit = prop_oneof![4 => 1u64..=8, 1 => Just(100u64), 1 => Just(1_000_000_000u64)];
     let window_us = prop_oneof![1_000u64..=5_000, 1_000u64..=3_000_000, Just(1_000_000u64)];
@@ -56,15 +36,6 @@ fn rule() -> impl Strategy<Value = Rule> {
     (limit, window_us, algorithm).prop_map(|(l, w, a)| {
         Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate")).with_algorithm(a)
     })
-}
-
-fn cost() -> impl Strategy<Value = Cost> {
-    prop_oneof![
-        6 => (0u64..=3).prop_map(Cost::Fixed),
-        1 => Just(Cost::Limit),
-        1 => Just(Cost::AboveLimit),
-        2 => any::<u8>().prop_map(Cost::Fraction),
-    ]
 }
 
 fn op(rules: usize) -> impl Strategy<Value = Op> {

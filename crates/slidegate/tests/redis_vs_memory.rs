@@ -13,6 +13,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::cost::{Cost, cost};
 use common::redis_server::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -56,27 +57,6 @@ enum Op {
     Reset(usize),
 }
 
-/// A cost relative to the rule's limit, so every rule sees probes, small
-/// costs, its whole limit and too much.
-#[derive(Clone, Copy, Debug)]
-enum Cost {
-    Fixed(u64),
-    Limit,
-    AboveLimit,
-    Fraction(u8),
-}
-
-impl Cost {
-    fn resolve(self, limit: u64) -> u64 {
-        match self {
-            Cost::Fixed(c) => c,
-            Cost::Limit => limit,
-            Cost::AboveLimit => limit + 1,
-            Cost::Fraction(f) => (limit * f as u64 / 255).max(1),
-        }
-    }
-}
-
 fn rule() -> impl Strategy<Value = Rule> {
     let limit = prop_oneof![
         4 => 1u64..=8,
@@ -97,15 +77,6 @@ fn rule() -> impl Strategy<Value = Rule> {
     (limit, window_us, algorithm).prop_map(|(l, w, a)| {
         Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate")).with_algorithm(a)
     })
-}
-
-fn cost() -> impl Strategy<Value = Cost> {
-    prop_oneof![
-        6 => (0u64..=3).prop_map(Cost::Fixed),
-        1 => Just(Cost::Limit),
-        1 => Just(Cost::AboveLimit),
-        2 => any::<u8>().prop_map(Cost::Fraction),
-    ]
 }
 
 fn op(rules: usize) -> impl Strategy<Value = Op> {

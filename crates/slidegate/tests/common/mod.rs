@@ -1,4 +1,5 @@
 #![allow(dead_code)]
+pub mod cost;
 pub mod redis_log;
 pub mod redis_server;
 pub mod reference;
