@@ -11,6 +11,9 @@ use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
+pub use key::{MAX_KEY_LEN, fit_key, hash_tag, key_digest, slot_key, validate_key};
+
+pub mod key;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -145,47 +148,6 @@ impl<S: Store> Store for std::sync::Arc<S> {
     }
 }
 
-/// The longest key a store accepts, in bytes.
-pub const MAX_KEY_LEN: usize = 1024;
-
-/// Checks a key as every store does: not empty, at most [`MAX_KEY_LEN`]
-/// bytes, and braces only as a Redis Cluster hash tag (`user:{42}:login`),
-/// so a key means the same thing on every store.
-pub fn validate_key(key: &str) -> Result<()> {
-    if key.is_empty() {
-        return Err(Error::InvalidKey("the key is empty".into()));
-    }
-    if key.len() > MAX_KEY_LEN {
-        return Err(Error::InvalidKey(format!(
-            "the key is {} bytes long; at most {MAX_KEY_LEN} are allowed",
-            key.len()
-        )));
-    }
-    if key.contains(['{', '}']) && hash_tag(key).is_none() {
-        return Err(Error::InvalidKey(format!(
-            "{key:?} has braces that do not form a hash tag: use {{tag}} with a non-empty tag, or no braces"
-        )));
-    }
-    Ok(())
-}
-
-/// The Redis Cluster hash tag of a key: the text between the first `{` and
-/// the first `}` after it, when not empty. Keys without one are placed by
-/// the whole key.
-pub fn hash_tag(key: &str) -> Option<&str> {
-    let open = key.find('{')?;
-    let rest = &key[open + 1..];
-    let close = rest.find('}')?;
-    (close > 0).then(|| &rest[..close])
-}
-
-/// The part of a key that decides its Redis Cluster slot: its hash tag, or
-/// the whole key. Hits whose keys share a slot key can be decided
-/// atomically on any store.
-pub fn slot_key(key: &str) -> &str {
-    hash_tag(key).unwrap_or(key)
-}
-
 /// Checks that `cost` can ever pass every rule, and that there is a rule.
 pub(crate) fn check_cost(rules: &[Rule], cost: u64) -> Result<()> {
     let limit = rules.iter().map(Rule::limit).min().ok_or(Error::NoRules)?;
@@ -198,27 +160,6 @@ pub(crate) fn check_cost(rules: &[Rule], cost: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn keys_with_braces_must_carry_a_tag() {
-        assert!(validate_key("login:10.0.0.1").is_ok());
-        assert!(validate_key("user:{42}:login").is_ok());
-        assert!(validate_key("{a}}{").is_ok());
-        for bad in ["", "a}b", "{}x", "x{y", "}{"] {
-            assert!(
-                matches!(validate_key(bad), Err(Error::InvalidKey(_))),
-                "{bad:?}"
-            );
-        }
-        assert!(validate_key(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
-    }
-
-    #[test]
-    fn slot_key_is_the_tag_or_the_whole_key() {
-        assert_eq!(slot_key("user:{42}:login"), "42");
-        assert_eq!(slot_key("{42}"), "42");
-        assert_eq!(slot_key("plain"), "plain");
-    }
 
     #[test]
     fn cost_above_the_smallest_limit_is_an_error() {

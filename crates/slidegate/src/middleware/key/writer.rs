@@ -2,9 +2,10 @@
 
 use std::cell::Cell;
 use std::fmt::{Display, Write as _};
-use std::hash::Hasher as _;
 use std::net::IpAddr;
 use std::ops::{Deref, DerefMut};
+
+use crate::store::key_digest;
 
 /// Builds a store key from labelled parts, so every key is a valid one
 /// ([`validate_key`](crate::store::validate_key)) and two different
@@ -14,8 +15,8 @@ use std::ops::{Deref, DerefMut};
 /// `%`, `{`, `}`, `|`, `#` and control characters are percent-escaped
 /// (`/users/{id}` becomes `/users/%7Bid%7D`), so nothing in a value can
 /// forge a separator or a Redis Cluster hash tag. A value longer than 256
-/// bytes once escaped (a JWT, say) is replaced by `#` and a 128-bit SipHash
-/// of it, the same in every process, so keys stay short.
+/// bytes once escaped (a JWT, say) is replaced by `#` and its 128-bit
+/// [`key_digest`] (SHA-256), the same in every process, so keys stay short.
 #[derive(Debug, Default, Clone)]
 pub struct KeyWriter {
     buf: String,
@@ -135,7 +136,7 @@ impl KeyWriter {
         if self.buf.len() - value_start <= MAX_VALUE_LEN {
             return;
         }
-        let digest = digest(&self.buf.as_bytes()[value_start..]);
+        let digest = key_digest(&self.buf.as_bytes()[value_start..]);
         self.buf.truncate(value_start);
         let _ = write!(self.buf, "#{digest:032x}");
     }
@@ -158,7 +159,7 @@ impl KeyWriter {
     /// there).
     pub(crate) fn finish_store_key(&mut self, max_len: usize) {
         if self.buf.len() > max_len {
-            let digest = digest(self.buf.as_bytes());
+            let digest = key_digest(self.buf.as_bytes());
             self.buf.clear();
             let _ = write!(self.buf, "#{digest:032x}");
         }
@@ -250,18 +251,6 @@ fn escape_each(out: &mut String, text: &str) {
             _ => out.push(c),
         }
     }
-}
-
-/// 128 bits of SipHash-2-4 under two fixed keys: stable across processes,
-/// builds and Rust versions, which a shared (Redis) limit needs.
-#[allow(deprecated)] // SipHasher is deprecated for hash maps, not for this.
-fn digest(bytes: &[u8]) -> u128 {
-    let mut high =
-        std::hash::SipHasher::new_with_keys(0x736c_6964_6567_6174, 0x656b_6579_2d68_6931);
-    let mut low = std::hash::SipHasher::new_with_keys(0x736c_6964_6567_6174, 0x656b_6579_2d6c_6f32);
-    high.write(bytes);
-    low.write(bytes);
-    (u128::from(high.finish()) << 64) | u128::from(low.finish())
 }
 
 #[cfg(test)]
