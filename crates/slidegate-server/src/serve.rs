@@ -40,7 +40,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             merge_domains: args.merge_domains,
         };
         Some(Arc::new(
-            LiveConfig::load(args.config.clone(), options).context("cannot load the rules")?,
+            LiveConfig::open(args.config.clone(), options, args.allow_empty_config)
+                .context("cannot load the rules")?,
         ))
     };
     let _watcher = match &live {
