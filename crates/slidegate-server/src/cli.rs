@@ -60,7 +60,8 @@ pub enum Command {
     /// Run the rate limit service (HTTP/JSON API v1 and Envoy's gRPC API).
     ///
     /// Stops gracefully on SIGTERM or Ctrl-C: it stops accepting
-    /// connections, answers the requests in flight, then exits 0.
+    /// connections, answers the requests in flight (for at most
+    /// --shutdown-grace), closes what is left, then exits 0.
     Serve(ServeArgs),
     /// Take one decision and print it as JSON (the body of `POST /v1/acquire`).
     ///
@@ -116,8 +117,10 @@ pub struct ServeArgs {
     /// Rules for `/v1/check` and gRPC, in envoyproxy/ratelimit's YAML format
     /// (plus `window` and `algorithm`): a file or a directory of `.yaml`
     /// files. Repeat the flag, or separate paths with commas in the
-    /// environment. Reloaded when the files change; a bad file is refused
-    /// and the rules in force stay.
+    /// environment. Reloaded when a file's content changes (reads do not
+    /// count); a bad file, or a change that would remove a domain in force
+    /// (see --allow-empty-config), is refused and the rules in force stay.
+    /// Files are regular files of at most 4 MiB.
     #[arg(
         long = "config",
         value_name = "PATH",
@@ -148,13 +151,14 @@ pub struct ServeArgs {
     )]
     pub admin_token: Option<String>,
 
-    /// Bounds on connections and on a stop.
-    #[command(flatten)]
-    pub connections: ConnectionArgs,
-
     /// Where the limiter keeps its state.
     #[command(flatten)]
     pub store: StoreArgs,
+
+    /// Bounds on connections and on a stop (listed last: their help
+    /// heading applies to every flag after them).
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
 }
 
 /// Bounds on the listeners' connections, and on a stop.
