@@ -22,4 +22,4 @@ fi
 
 SLIDEGATE_BINARY="$(realpath "$SLIDEGATE")" \
   cargo test -q -p slidegate-server --test hostile_figures -- \
-  --ignored --nocapture --test-threads 1 2>&1 | grep '^FIGURE'
+  --ignored --nocapture --test-threads 1 2>&1 | grep -o 'FIGURE.*'
