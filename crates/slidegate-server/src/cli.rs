@@ -5,6 +5,7 @@
 //! a flag given on the command line wins over the environment.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use slidegate::store::resilient::FailurePolicy;
@@ -12,7 +13,9 @@ use slidegate::{Algorithm, Rate};
 
 use crate::backend::StoreUrl;
 use crate::bench::BenchArgs;
+use crate::listen::{self, ConnectionLimits, GrpcLimits};
 use crate::logging::LogFormat;
+use crate::serve::ServeLimits;
 
 /// The `slidegate` command line.
 #[derive(Debug, Parser)]
@@ -57,7 +60,8 @@ pub enum Command {
     /// Run the rate limit service (HTTP/JSON API v1 and Envoy's gRPC API).
     ///
     /// Stops gracefully on SIGTERM or Ctrl-C: it stops accepting
-    /// connections, answers the requests in flight, then exits 0.
+    /// connections, answers the requests in flight (for at most
+    /// --shutdown-grace), closes what is left, then exits 0.
     Serve(ServeArgs),
     /// Take one decision and print it as JSON (the body of `POST /v1/acquire`).
     ///
@@ -113,8 +117,10 @@ pub struct ServeArgs {
     /// Rules for `/v1/check` and gRPC, in envoyproxy/ratelimit's YAML format
     /// (plus `window` and `algorithm`): a file or a directory of `.yaml`
     /// files. Repeat the flag, or separate paths with commas in the
-    /// environment. Reloaded when the files change; a bad file is refused
-    /// and the rules in force stay.
+    /// environment. Reloaded when a file's content changes (reads do not
+    /// count); a bad file, or a change that would remove a domain in force
+    /// (see --allow-empty-config), is refused and the rules in force stay.
+    /// Files are regular files of at most 4 MiB.
     #[arg(
         long = "config",
         value_name = "PATH",
@@ -127,6 +133,13 @@ pub struct ServeArgs {
     /// MERGE_DOMAIN_CONFIG) instead of refusing it.
     #[arg(long, env = "SLIDEGATE_MERGE_DOMAINS")]
     pub merge_domains: bool,
+
+    /// Accept a config with no domain at all (at start or on reload), and
+    /// a reload that removes a domain in force. Without it such a config
+    /// is refused: a deleted file or an emptied directory must not switch
+    /// every limit off.
+    #[arg(long, env = "SLIDEGATE_ALLOW_EMPTY_CONFIG")]
+    pub allow_empty_config: bool,
 
     /// Enables `DELETE /v1/keys/{key}` for requests carrying
     /// `Authorization: Bearer TOKEN`. Without it the route is refused.
@@ -141,6 +154,150 @@ pub struct ServeArgs {
     /// Where the limiter keeps its state.
     #[command(flatten)]
     pub store: StoreArgs,
+
+    /// Bounds on connections and on a stop (listed last: their help
+    /// heading applies to every flag after them).
+    #[command(flatten)]
+    pub connections: ConnectionArgs,
+}
+
+/// Bounds on the listeners' connections, and on a stop.
+#[derive(Clone, Debug, Args)]
+#[command(next_help_heading = "Connections")]
+pub struct ConnectionArgs {
+    /// Most connections open at once on each listener (HTTP and gRPC
+    /// count apart, so a flood of one cannot lock the other out). At the
+    /// cap the listener stops accepting until a connection closes; new
+    /// connections wait in the kernel's backlog. Keep the file descriptor
+    /// limit (ulimit -n) above twice this.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_MAX_CONNECTIONS",
+        default_value_t = listen::DEFAULT_MAX_CONNECTIONS as u32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections: u32,
+
+    /// How long a client may take to send a request head (HTTP), counted
+    /// from the connection's accept or from the first byte of a later
+    /// request, and how long a new gRPC connection may take to start its
+    /// first call. Past it the connection is closed.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "SLIDEGATE_HEADER_TIMEOUT",
+        default_value = "10s",
+        value_parser = positive_duration
+    )]
+    pub header_timeout: Duration,
+
+    /// How long an HTTP keep-alive connection with no request in flight
+    /// stays open. (gRPC connections stay open; see
+    /// --grpc-max-connection-age.)
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "SLIDEGATE_IDLE_TIMEOUT",
+        default_value = "60s",
+        value_parser = positive_duration
+    )]
+    pub idle_timeout: Duration,
+
+    /// On SIGTERM or Ctrl-C, how long the requests in flight may take to
+    /// finish; then the connections still open are closed and the process
+    /// exits 0.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "SLIDEGATE_SHUTDOWN_GRACE",
+        default_value = "10s",
+        value_parser = duration
+    )]
+    pub shutdown_grace: Duration,
+
+    /// Largest gRPC request message, in bytes; a larger one is refused
+    /// (OUT_OF_RANGE) from its length prefix, before it is read.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        env = "SLIDEGATE_GRPC_MAX_MESSAGE_BYTES",
+        default_value_t = listen::DEFAULT_GRPC_MAX_MESSAGE_BYTES as u32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub grpc_max_message_bytes: u32,
+
+    /// Streams (calls) one gRPC connection may have open at once.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_GRPC_MAX_CONCURRENT_STREAMS",
+        default_value_t = listen::DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub grpc_max_concurrent_streams: u32,
+
+    /// Longest a gRPC call may take; past it the call ends with
+    /// CANCELLED. A client's shorter `grpc-timeout` wins.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "SLIDEGATE_GRPC_REQUEST_TIMEOUT",
+        default_value = "10s",
+        value_parser = positive_duration
+    )]
+    pub grpc_request_timeout: Duration,
+
+    /// Age at which a gRPC connection is asked to go away (HTTP/2
+    /// GOAWAY; clients such as Envoy reconnect at once), so no connection
+    /// holds one of the --max-connections forever.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "SLIDEGATE_GRPC_MAX_CONNECTION_AGE",
+        default_value = "30m",
+        value_parser = positive_duration
+    )]
+    pub grpc_max_connection_age: Duration,
+}
+
+impl ConnectionArgs {
+    /// The bounds these flags set.
+    pub fn limits(&self) -> ServeLimits {
+        let connections = ConnectionLimits {
+            max_connections: self.max_connections as usize,
+            header_timeout: self.header_timeout,
+            idle_timeout: Some(self.idle_timeout),
+        };
+        ServeLimits {
+            http: connections,
+            grpc: GrpcLimits {
+                connections: ConnectionLimits {
+                    idle_timeout: None,
+                    ..connections
+                },
+                max_message_bytes: self.grpc_max_message_bytes as usize,
+                max_concurrent_streams: self.grpc_max_concurrent_streams,
+                request_timeout: self.grpc_request_timeout,
+                max_connection_age: self.grpc_max_connection_age,
+            },
+            shutdown_grace: self.shutdown_grace,
+        }
+    }
+}
+
+/// A duration such as `500ms`, `10s` or `1m`.
+fn duration(text: &str) -> Result<Duration, String> {
+    slidegate::rate::parse_window(text)
+        .map_err(|_| format!("'{text}' is not a duration (expected e.g. 500ms, 10s, 1m)"))
+}
+
+/// A [`duration`] above zero.
+fn positive_duration(text: &str) -> Result<Duration, String> {
+    match duration(text)? {
+        Duration::ZERO => Err("must be above zero".into()),
+        d => Ok(d),
+    }
 }
 
 /// Whose clock the Redis store uses.

@@ -18,11 +18,14 @@ use envoy_types::pb::google::protobuf::{self, ListValue, Struct, value::Kind};
 use slidegate::Store;
 use tokio::net::TcpListener;
 use tonic::metadata::MetadataValue;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 
 use crate::config::{RateLimitConfig, Unit};
+use crate::listen::{
+    Acceptor, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES,
+    GrpcLimits, Protocol, TrackRequests,
+};
 use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
 
 /// The gRPC service: the current config and a store.
@@ -70,11 +73,13 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
 const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 
 /// Serves `ShouldRateLimit` and the standard health service on `listener`
-/// until `shutdown` completes. Health says SERVING while the store is ready.
+/// within `limits` until `shutdown` completes. Health says SERVING while
+/// the store is ready.
 pub async fn serve<S: Store + Clone + 'static>(
     listener: TcpListener,
     config: Arc<ArcSwap<RateLimitConfig>>,
     store: S,
+    limits: GrpcLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -99,12 +104,26 @@ pub async fn serve<S: Store + Clone + 'static>(
             }
         }
     });
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    let acceptor = Acceptor::new(listener, limits.connections, Protocol::Grpc);
+    let incoming = futures_util::stream::unfold(acceptor, |acceptor| async move {
+        let conn = acceptor.accept().await;
+        Some((Ok::<_, std::io::Error>(conn), acceptor))
+    });
+    let streams = limits.max_concurrent_streams;
+    let service = RateLimitServiceServer::new(RateLimitGrpc::new(config, store))
+        .max_decoding_message_size(limits.max_message_bytes);
     let result = tonic::transport::Server::builder()
-        .add_service(health)
-        .add_service(RateLimitServiceServer::new(RateLimitGrpc::new(
-            config, store,
-        )))
+        .timeout(limits.request_timeout)
+        .max_concurrent_streams(streams)
+        .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
+        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
+        .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
+        .max_connection_age(limits.max_connection_age)
+        .max_connection_age_grace(limits.request_timeout)
+        .layer(TrackRequests)
+        .add_service(health.max_decoding_message_size(limits.max_message_bytes))
+        .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     let _ = stop.send(true);

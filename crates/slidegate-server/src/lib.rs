@@ -6,6 +6,7 @@
 //! - [`http`]: the HTTP/JSON API v1 (`POST /v1/acquire`, `GET /v1/keys/{key}`,
 //!   `GET /healthz`, `GET /readyz`) as an axum router.
 //! - [`serve`]: binding, serving and graceful shutdown.
+//! - [`listen`]: accepting connections within a cap, and their deadlines.
 //! - [`check`]: one decision from the command line.
 //! - [`decision`]: asking the store, and the JSON form of its answer.
 //!
@@ -22,6 +23,7 @@ pub mod config;
 pub mod decision;
 pub mod grpc;
 pub mod http;
+pub mod listen;
 pub mod logging;
 pub mod metrics;
 pub mod serve;

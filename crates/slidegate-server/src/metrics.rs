@@ -6,7 +6,8 @@
 //! | `slidegate_decisions_total` | counter | `source` (acquire, check), `domain`, `rule`, `outcome` (allowed, denied, shadow_denied, quota_exceeded, unlimited, degraded) |
 //! | `slidegate_store_call_duration_seconds` | histogram | `store`, `op` |
 //! | `slidegate_store_errors_total` | counter | `store`, `kind` (timeout, unavailable, full) |
-//! | `slidegate_config_reloads_total` | counter | `result` (ok, error) |
+//! | `slidegate_config_reloads_total` | counter | `result` (ok, error, refused) |
+//! | `slidegate_connection_timeouts_total` | counter | `listener` (http, grpc), `phase` (header, idle) |
 //! | `slidegate_requests_in_flight` | gauge | `protocol` (http, grpc) |
 
 use std::sync::OnceLock;

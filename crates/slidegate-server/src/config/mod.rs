@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +26,7 @@ mod yaml;
 
 pub use matcher::Matched;
 use matcher::{Level, Node};
-pub use reload::{ConfigWatcher, LiveConfig, ReloadCounts};
+pub use reload::{ConfigWatcher, LiveConfig, ReloadCounts, ReloadOutcome};
 use yaml::{DescriptorSpec, FileSpec};
 
 /// A config file that could not be loaded, with where and why.
@@ -175,19 +176,7 @@ impl RateLimitConfig {
     /// directory, by name, skipping hidden ones such as Kubernetes'
     /// `..data`).
     pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<RateLimitConfig, ConfigError> {
-        let mut sources = Vec::new();
-        for path in paths {
-            for file in config_files(path)? {
-                let text = std::fs::read_to_string(&file).map_err(|e| ConfigError {
-                    file: file.display().to_string(),
-                    line: None,
-                    column: None,
-                    message: format!("error loading config file: {e}"),
-                })?;
-                sources.push((file.display().to_string(), text));
-            }
-        }
-        RateLimitConfig::from_sources(&sources, options)
+        RateLimitConfig::from_sources(&read_sources(paths)?, options)
     }
 
     /// Loads configs given as `(name, text)` pairs.
@@ -220,8 +209,8 @@ impl RateLimitConfig {
         }
         if self.domains.contains_key(&file.domain) && !options.merge_domains {
             return Err(error(format!(
-                "duplicate domain '{}' in config file",
-                file.domain
+                "duplicate domain {} in config file",
+                yaml::quoted(&file.domain, yaml::PATH_CHARS)
             )));
         }
         let level = self.domains.entry(file.domain.clone()).or_default();
@@ -270,7 +259,8 @@ fn add_descriptors(
         let full_key = format!("{parent_key}{final_key}");
         if level.contains(&spec.key, spec.value.as_deref()) {
             return Err(error(format!(
-                "duplicate descriptor composite key '{full_key}'"
+                "duplicate descriptor composite key {}",
+                yaml::quoted(&full_key, yaml::PATH_CHARS)
             )));
         }
         let limit = spec
@@ -305,8 +295,8 @@ fn limit_of(
         return Err("specify either 'unit' or 'window', not both".into());
     } else if rl.window.is_none() && parsed_unit.is_none() {
         return Err(format!(
-            "invalid rate limit unit '{}'",
-            unit.unwrap_or_default()
+            "invalid rate limit unit {}",
+            yaml::quoted(unit.unwrap_or_default(), yaml::WORD_CHARS)
         ));
     }
     for replaced in &rl.replaces {
@@ -343,6 +333,59 @@ fn limit_of(
     })
 }
 
+/// The largest config file read: 4 MiB. A larger file is refused before
+/// it is read.
+pub const MAX_FILE_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The text of every file the `--config` paths stand for, as `(name,
+/// text)` pairs in load order.
+pub fn read_sources(paths: &[PathBuf]) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut sources = Vec::new();
+    for path in paths {
+        for file in config_files(path)? {
+            let text = read_file(&file)?;
+            sources.push((file.display().to_string(), text));
+        }
+    }
+    Ok(sources)
+}
+
+/// Reads one config file: a regular file (through symlinks) of at most
+/// [`MAX_FILE_BYTES`] of UTF-8. A device, a FIFO or a huge file behind a
+/// config name is refused without reading it.
+fn read_file(path: &Path) -> Result<String, ConfigError> {
+    let fail = |message: String| ConfigError {
+        file: path.display().to_string(),
+        line: None,
+        column: None,
+        message: format!("error loading config file: {message}"),
+    };
+    let io = |e: std::io::Error| fail(e.to_string());
+    let too_large = || fail(format!("larger than {} MiB", MAX_FILE_BYTES >> 20));
+    // Checked before opening: opening a FIFO would block.
+    let metadata = std::fs::metadata(path).map_err(io)?;
+    if !metadata.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    let file = std::fs::File::open(path).map_err(io)?;
+    // Checked again on the opened file, which a swap of the path since
+    // cannot change; the read is bounded all the same.
+    if !file.metadata().map_err(io)?.is_file() {
+        return Err(fail("not a regular file".into()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_large());
+    }
+    String::from_utf8(bytes).map_err(|_| fail("not UTF-8 text".into()))
+}
+
 /// The files a `--config` path stands for.
 fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
     let unreadable = |e: std::io::Error| ConfigError {
@@ -363,7 +406,9 @@ fn config_files(path: &Path) -> Result<Vec<PathBuf>, ConfigError> {
             .and_then(|n| n.to_str())
             .unwrap_or_default();
         let yaml = name.ends_with(".yaml") || name.ends_with(".yml");
-        if yaml && !name.starts_with('.') && file.is_file() {
+        // Anything else named like a config file is read, so that what
+        // cannot be (a dangling link, a device) is reported, not skipped.
+        if yaml && !name.starts_with('.') && !file.is_dir() {
             files.push(file);
         }
     }

@@ -349,3 +349,97 @@ fn the_documented_example_rules_load_and_match() {
             .shadow_mode
     );
 }
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("slidegate-files-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[cfg(unix)]
+#[test]
+fn a_config_name_for_a_device_is_refused_without_reading_it() {
+    let dir = temp_dir("device");
+    std::os::unix::fs::symlink("/dev/zero", dir.join("rl.yaml")).unwrap();
+    let err =
+        RateLimitConfig::load(std::slice::from_ref(&dir), LoadOptions::default()).unwrap_err();
+    assert!(err.message.contains("not a regular file"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_file_over_the_size_bound_is_refused_before_it_is_read() {
+    let dir = temp_dir("large");
+    let file = dir.join("rl.yaml");
+    std::fs::File::create(&file)
+        .unwrap()
+        .set_len(MAX_FILE_BYTES + 1)
+        .unwrap();
+    let err = RateLimitConfig::load(&[file], LoadOptions::default()).unwrap_err();
+    assert!(err.message.contains("larger than 4 MiB"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[cfg(unix)]
+#[test]
+fn a_dangling_config_link_in_a_directory_is_an_error_not_skipped() {
+    let dir = temp_dir("dangling");
+    std::os::unix::fs::symlink(dir.join("gone.yaml"), dir.join("rl.yaml")).unwrap();
+    let err =
+        RateLimitConfig::load(std::slice::from_ref(&dir), LoadOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("rl.yaml"), "{err}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn errors_about_a_file_that_is_no_config_never_echo_its_content() {
+    const SECRET: &str = "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY";
+    let cases = [
+        format!("aws_secret_access_key={SECRET}\n"),
+        format!("-----BEGIN PRIVATE KEY-----\n{SECRET}\n-----END PRIVATE KEY-----\n"),
+        format!("token: [{SECRET}\n"),
+        format!("{{\"{SECRET}\n"),
+        format!("a: 1\n\t{SECRET}: x\n"),
+        format!("{SECRET}: 1\n{SECRET}: 2\n"),
+        format!("{SECRET} with spaces: 1\n"),
+        format!("- {SECRET}\n"),
+        format!("domain: d\ndescriptors: {SECRET}\n"),
+        format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {SECRET}\n"),
+        format!("domain: d\ndescriptors:\n  - key: k\n    shadow_mode: {SECRET}\n"),
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{unit: {SECRET}x, requests_per_unit: 1}}\n"
+        ),
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{requests_per_unit: {SECRET}, unit: second}}\n"
+        ),
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{requests_per_unit: 1, window: {SECRET}}}\n"
+        ),
+        format!(
+            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {{requests_per_unit: 1, unit: second, algorithm: {SECRET}}}\n"
+        ),
+    ];
+    for text in cases {
+        let err = yaml(&text).unwrap_err();
+        assert!(
+            !err.to_string().contains(&SECRET[..12]),
+            "{text:?} echoed: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_map_is_reported_by_kind_and_position() {
+    let err = yaml("just some text\n").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "test.yaml:1:1: error loading config file: expected a map at the top, found a string"
+    );
+    let err = yaml("a: [1\n").unwrap_err();
+    assert_eq!(err.line, Some(1), "{err}");
+    assert!(
+        err.message.contains("not valid YAML (unclosed bracket"),
+        "{err}"
+    );
+}

@@ -113,17 +113,76 @@ impl<'de> Visitor<'de> for YamlVisitor {
     }
 }
 
-impl fmt::Display for Yaml {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// The longest key or list item an error message quotes.
+pub(crate) const NAME_CHARS: usize = 32;
+
+/// The longest value of a field with a few known values (a unit, a window,
+/// an algorithm) an error message quotes.
+pub(crate) const WORD_CHARS: usize = 16;
+
+/// The longest domain or descriptor key an error message quotes.
+pub(crate) const PATH_CHARS: usize = 64;
+
+impl Yaml {
+    /// What an error message says about a value: numbers and booleans as
+    /// written, a string as [`shown`] shows it, a list or a map by kind.
+    fn described(&self) -> String {
         match self {
-            Yaml::Null => f.write_str("null"),
-            Yaml::Bool(b) => write!(f, "{b}"),
-            Yaml::Int(i) => write!(f, "{i}"),
-            Yaml::Float(x) => write!(f, "{x}"),
-            Yaml::Str(s) => f.write_str(s),
-            Yaml::Seq(_) => f.write_str("a list"),
-            Yaml::Map(_) => f.write_str("a map"),
+            Yaml::Null => "null".into(),
+            Yaml::Bool(b) => b.to_string(),
+            Yaml::Int(i) => i.to_string(),
+            Yaml::Float(x) => x.to_string(),
+            Yaml::Str(s) => shown(s, NAME_CHARS),
+            Yaml::Seq(_) => "a list".into(),
+            Yaml::Map(_) => "a map".into(),
         }
+    }
+
+    /// What an error message says about a value where a number or a
+    /// boolean was expected: the value when it is one, else its kind.
+    fn described_scalar(&self) -> String {
+        match self {
+            Yaml::Bool(_) | Yaml::Int(_) | Yaml::Float(_) | Yaml::Null => self.described(),
+            other => other.kind().into(),
+        }
+    }
+
+    /// The value's kind alone.
+    fn kind(&self) -> &'static str {
+        match self {
+            Yaml::Null => "null",
+            Yaml::Bool(_) => "a boolean",
+            Yaml::Int(_) | Yaml::Float(_) => "a number",
+            Yaml::Str(_) => "a string",
+            Yaml::Seq(_) => "a list",
+            Yaml::Map(_) => "a map",
+        }
+    }
+}
+
+/// A string from a config file, as error messages show it: as written when
+/// it has at most `max_chars` name characters (a unit, a key, a domain),
+/// otherwise only by its length. A file that is not a rule file (a key
+/// file behind a symlink, say) must not be echoed into the logs.
+pub(crate) fn shown(text: &str, max_chars: usize) -> String {
+    let chars = text.chars().count();
+    let name_like = text
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-./*".contains(c));
+    if chars <= max_chars && name_like && !text.is_empty() {
+        text.to_owned()
+    } else {
+        format!("a string of {chars} characters")
+    }
+}
+
+/// [`shown`], quoted when it is the text itself.
+pub(crate) fn quoted(text: &str, max_chars: usize) -> String {
+    let shown = shown(text, max_chars);
+    if shown == text {
+        format!("'{text}'")
+    } else {
+        shown
     }
 }
 
@@ -168,12 +227,7 @@ pub(crate) fn parse_file(name: &str, text: &str) -> Result<FileSpec, ConfigError
     let root: Node = if text.trim().is_empty() {
         Spanned::new(Yaml::Null, Location::UNKNOWN, Location::UNKNOWN)
     } else {
-        serde_saphyr::from_str(text).map_err(|e| ConfigError {
-            file: name.to_owned(),
-            line: None,
-            column: None,
-            message: format!("error loading config file: {e}"),
-        })?
+        serde_saphyr::from_str(text).map_err(|e| syntax_error(name, &e))?
     };
     let reader = Reader { file: name };
     match &root.value {
@@ -182,11 +236,46 @@ pub(crate) fn parse_file(name: &str, text: &str) -> Result<FileSpec, ConfigError
         other => {
             return Err(reader.error(
                 &root,
-                format!("error loading config file: expected a map at the top, found {other}"),
+                format!(
+                    "error loading config file: expected a map at the top, found {}",
+                    other.kind()
+                ),
             ));
         }
     }
     reader.file(&root)
+}
+
+/// A file that is not YAML, by position and kind of fault. The parser's
+/// own message can carry the text around the fault (a snippet, a
+/// duplicate key): only what comes before its first `: ` is kept.
+fn syntax_error(file: &str, error: &serde_saphyr::Error) -> ConfigError {
+    let error = error.without_snippet();
+    let location = error.location().filter(|l| l.line() > 0);
+    let what = match error {
+        serde_saphyr::Error::DuplicateMappingKey { .. } => "duplicate mapping key".to_owned(),
+        other => {
+            let text = other.to_string();
+            // The position is reported apart, before or after the text.
+            let mut text = text.trim_start_matches("error: ");
+            if text.starts_with("line ")
+                && let Some((_, rest)) = text.split_once(": ")
+            {
+                text = rest;
+            }
+            if let Some((what, _)) = text.rsplit_once(" at line ") {
+                text = what;
+            }
+            let what = text.split([':', ';', '\n']).next().unwrap_or_default();
+            what.chars().take(PATH_CHARS).collect()
+        }
+    };
+    ConfigError {
+        file: file.to_owned(),
+        line: location.map(|l| l.line()),
+        column: location.map(|l| l.column()),
+        message: format!("error loading config file: not valid YAML ({what})"),
+    }
 }
 
 struct Reader<'a> {
@@ -211,11 +300,17 @@ impl Reader<'_> {
             let Yaml::Str(name) = &key.value else {
                 return Err(self.error(
                     key,
-                    format!("config error, key is not of type string: {}", key.value),
+                    format!(
+                        "config error, key is not of type string: {}",
+                        key.value.described()
+                    ),
                 ));
             };
             if !VALID_KEYS.contains(&name.as_str()) {
-                return Err(self.error(key, format!("config error, unknown key '{name}'")));
+                return Err(self.error(
+                    key,
+                    format!("config error, unknown key {}", quoted(name, NAME_CHARS)),
+                ));
             }
             if name == "metadata" {
                 continue;
@@ -226,7 +321,10 @@ impl Reader<'_> {
                         let Yaml::Map(inner) = &item.value else {
                             return Err(self.error(
                                 item,
-                                format!("config error, yaml file contains list of type other than map: {}", item.value),
+                                format!(
+                                    "config error, yaml file contains list of type other than map: {}",
+                                    item.value.described()
+                                ),
                             ));
                         };
                         self.check_keys(inner)?;
@@ -260,7 +358,10 @@ impl Reader<'_> {
             Yaml::Seq(items) => items.iter().map(|item| self.descriptor(item)).collect(),
             other => Err(self.error(
                 node,
-                format!("'descriptors' must be a list of maps, found {other}"),
+                format!(
+                    "'descriptors' must be a list of maps, found {}",
+                    other.kind()
+                ),
             )),
         }
     }
@@ -291,7 +392,7 @@ impl Reader<'_> {
         if !matches!(node.value, Yaml::Map(_) | Yaml::Null) {
             return Err(self.error(
                 node,
-                format!("'rate_limit' must be a map, found {}", node.value),
+                format!("'rate_limit' must be a map, found {}", node.value.kind()),
             ));
         }
         let fields = Fields::of(node);
@@ -310,7 +411,10 @@ impl Reader<'_> {
                 other => {
                     return Err(self.error(
                         list,
-                        format!("'replaces' must be a list of {{name: ...}}, found {other}"),
+                        format!(
+                            "'replaces' must be a list of {{name: ...}}, found {}",
+                            other.kind()
+                        ),
                     ));
                 }
             },
@@ -322,7 +426,10 @@ impl Reader<'_> {
                 Some(slidegate::rate::parse_window(&text).map_err(|_| {
                     self.error(
                         w,
-                        format!("invalid window '{text}' (expected e.g. 250ms, 90s, 1m, 1h)"),
+                        format!(
+                            "invalid window {} (expected e.g. 250ms, 90s, 1m, 1h)",
+                            quoted(&text, WORD_CHARS)
+                        ),
                     )
                 })?)
             }
@@ -331,8 +438,15 @@ impl Reader<'_> {
             None => Algorithm::SlidingLog,
             Some(a) => {
                 let text = self.string(Some(a), "algorithm")?.unwrap_or_default();
-                text.parse()
-                    .map_err(|e: slidegate::Error| self.error(a, e.to_string()))?
+                text.parse().map_err(|_: slidegate::Error| {
+                    self.error(
+                        a,
+                        format!(
+                            "unknown algorithm {} (expected sliding_log, sliding_counter, fixed_window or gcra)",
+                            quoted(&text, WORD_CHARS)
+                        ),
+                    )
+                })?
             }
         };
         Ok(RateLimitSpec {
@@ -355,8 +469,11 @@ impl Reader<'_> {
         match &node.value {
             Yaml::Null => Ok(None),
             Yaml::Str(s) => Ok(Some(s.clone())),
-            Yaml::Int(_) | Yaml::Float(_) | Yaml::Bool(_) => Ok(Some(node.value.to_string())),
-            other => Err(self.error(node, format!("'{what}' must be a string, found {other}"))),
+            Yaml::Int(_) | Yaml::Float(_) | Yaml::Bool(_) => Ok(Some(node.value.described())),
+            other => Err(self.error(
+                node,
+                format!("'{what}' must be a string, found {}", other.kind()),
+            )),
         }
     }
 
@@ -367,7 +484,10 @@ impl Reader<'_> {
             Yaml::Bool(b) => Ok(*b),
             other => Err(self.error(
                 node,
-                format!("'{what}' must be true or false, found {other}"),
+                format!(
+                    "'{what}' must be true or false, found {}",
+                    other.described_scalar()
+                ),
             )),
         }
     }
@@ -382,8 +502,9 @@ impl Reader<'_> {
             other => Err(self.error(
                 node,
                 format!(
-                    "'{what}' must be a whole number from 0 to {}, found {other}",
-                    slidegate::Rate::MAX_LIMIT
+                    "'{what}' must be a whole number from 0 to {}, found {}",
+                    slidegate::Rate::MAX_LIMIT,
+                    other.described_scalar()
                 ),
             )),
         }

@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_slidegate");
 
+/// The binary to run: `SLIDEGATE_BINARY` when set (a release build, for
+/// the figures of the docs), otherwise the one cargo built for the tests.
+fn binary() -> String {
+    std::env::var("SLIDEGATE_BINARY").unwrap_or_else(|_| BINARY.to_owned())
+}
+
 /// How long the process may take to start or to stop.
 pub const PROCESS_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -25,7 +31,7 @@ impl Slidegate {
     /// `slidegate serve ARGS` on free loopback ports, with JSON logs;
     /// returns once it logs that it serves.
     pub fn start(args: &[&str]) -> Slidegate {
-        let mut child = Command::new(BINARY)
+        let mut child = Command::new(binary())
             .arg("serve")
             .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
             .args(args)
