@@ -22,19 +22,33 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 
+use crate::bounds::Bounds;
 use crate::config::{RateLimitConfig, Unit};
+use crate::metrics::Protocol;
 use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
 
-/// The gRPC service: the current config and a store.
+/// The gRPC service: the current config, a store, and the bounds on requests.
 pub struct RateLimitGrpc<S> {
     config: Arc<ArcSwap<RateLimitConfig>>,
     store: S,
+    bounds: Bounds,
 }
 
 impl<S> RateLimitGrpc<S> {
-    /// A service deciding with `store` under whatever config `config` holds.
+    /// A service deciding with `store` under whatever config `config` holds,
+    /// within the default [`Bounds`].
     pub fn new(config: Arc<ArcSwap<RateLimitConfig>>, store: S) -> Self {
-        RateLimitGrpc { config, store }
+        RateLimitGrpc {
+            config,
+            store,
+            bounds: Bounds::default(),
+        }
+    }
+
+    /// Refuses requests beyond `bounds`.
+    pub fn with_bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
+        self
     }
 }
 
@@ -47,8 +61,8 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let _in_flight = crate::metrics::InFlight::start("grpc");
-        let request = from_proto(request.into_inner())?;
+        let _in_flight = crate::metrics::InFlight::start(Protocol::Grpc);
+        let request = from_proto(request.into_inner(), &self.bounds)?;
         let config = self.config.load_full();
         match service::check(&config, &self.store, &request).await {
             Ok(response) => {
@@ -75,6 +89,7 @@ pub async fn serve<S: Store + Clone + 'static>(
     listener: TcpListener,
     config: Arc<ArcSwap<RateLimitConfig>>,
     store: S,
+    bounds: Bounds,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -102,9 +117,9 @@ pub async fn serve<S: Store + Clone + 'static>(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let result = tonic::transport::Server::builder()
         .add_service(health)
-        .add_service(RateLimitServiceServer::new(RateLimitGrpc::new(
-            config, store,
-        )))
+        .add_service(RateLimitServiceServer::new(
+            RateLimitGrpc::new(config, store).with_bounds(bounds),
+        ))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await;
     let _ = stop.send(true);
@@ -120,8 +135,15 @@ pub fn status_of(error: &CheckError) -> Status {
     }
 }
 
-/// Envoy's request, in the service's terms.
-pub fn from_proto(request: RateLimitRequest) -> Result<CheckRequest, Status> {
+/// Envoy's request, in the service's terms, once its shape is within
+/// `bounds` (checked before anything else is read).
+pub fn from_proto(request: RateLimitRequest, bounds: &Bounds) -> Result<CheckRequest, Status> {
+    bounds
+        .check_descriptors(
+            request.descriptors.len(),
+            request.descriptors.iter().map(|d| d.entries.len()),
+        )
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     let descriptors = request
         .descriptors
         .into_iter()

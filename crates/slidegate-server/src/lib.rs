@@ -8,6 +8,8 @@
 //! - [`serve`]: binding, serving and graceful shutdown.
 //! - [`check`]: one decision from the command line.
 //! - [`decision`]: asking the store, and the JSON form of its answer.
+//! - [`keyspace`]: the store keys, one key space per kind of counter.
+//! - [`bounds`]: how much one request may ask.
 //!
 //! The service only translates protocols: every limiter decision is made by
 //! the [`slidegate`] library's stores.
@@ -15,6 +17,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod bounds;
 pub mod check;
 pub mod check_json;
 pub mod cli;
@@ -22,6 +25,7 @@ pub mod config;
 pub mod decision;
 pub mod grpc;
 pub mod http;
+pub mod keyspace;
 pub mod logging;
 pub mod metrics;
 pub mod serve;

@@ -44,8 +44,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let admin_token = args.admin_token()?;
     let mut state = AppState::new(backend.clone())
-        .with_admin_token(args.admin_token.clone())
+        .with_admin_token(admin_token)
+        .with_bounds((&args.bounds).into())
         .with_metrics(metrics);
     if let Some(live) = &live {
         state = state.with_config(live.current());
@@ -83,8 +85,9 @@ pub async fn serve_both<S: Store + Clone + 'static>(
     });
     let store = (**state.store()).clone();
     let config = Arc::clone(state.config());
+    let bounds = *state.bounds();
     let http = serve(http_listener, http::router(state), wait(stopped.clone()));
-    let grpc = grpc::serve(grpc_listener, config, store, wait(stopped));
+    let grpc = grpc::serve(grpc_listener, config, store, bounds, wait(stopped));
     let (http, grpc) = tokio::join!(http, grpc);
     http.context("the HTTP server failed")?;
     grpc.context("the gRPC server failed")?;

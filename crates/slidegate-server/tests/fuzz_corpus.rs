@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use slidegate::Rate;
+use slidegate_server::bounds::Bounds;
 use slidegate_server::check_json::RateLimitRequestJson;
 use slidegate_server::config::{LoadOptions, RateLimitConfig};
 use slidegate_server::http::request::parse_acquire;
@@ -57,9 +58,9 @@ fn the_config_corpus_loads_or_errs() {
 #[test]
 fn the_http_body_corpus_decodes_or_errs() {
     for input in corpus("http_body") {
-        let _ = parse_acquire(&input);
+        let _ = parse_acquire(&input, &Bounds::default());
         if let Ok(request) = RateLimitRequestJson::from_slice(&input) {
-            let _ = request.into_request();
+            let _ = request.into_request(&Bounds::default());
         }
     }
 }
