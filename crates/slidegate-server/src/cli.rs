@@ -378,7 +378,8 @@ pub struct StoreArgs {
 /// silently change the question asked.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The key to decide for, e.g. `login:10.0.0.1` (1 to 1024 bytes; braces
+    /// The key to decide for, e.g. `login:10.0.0.1`: the ad-hoc key of
+    /// `POST /v1/acquire` (a long key is counted under its digest; braces
     /// only as a `{hash tag}`).
     #[arg(long, value_name = "KEY")]
     pub key: String,
