@@ -27,9 +27,9 @@
 //!   under the limit's configured key.
 //!
 //! So `slidegate_decisions_total` has at most 3 series for `/v1/acquire`,
-//! 6 per configured limit, 6 per detailed key (at most 6,000), and 7 per
-//! configured domain plus 7 for `unknown` (overrides and unmatched
-//! descriptors), whatever the clients send.
+//! 6 per configured limit, 6 per detailed key (at most 6,000), and 4 per
+//! configured domain plus 4 for `unknown` (overrides: allowed, denied,
+//! degraded; unmatched descriptors: unlimited), whatever the clients send.
 //!
 //! Handles whose labels are fixed (acquire, in flight, store calls, each
 //! configured limit) are registered once, on first use after [`install`],
