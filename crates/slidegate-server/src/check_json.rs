@@ -318,6 +318,28 @@ mod tests {
     }
 
     #[test]
+    fn descriptors_beyond_the_bounds_are_refused_before_reading_them() {
+        let bounds = Bounds {
+            max_descriptors: 1,
+            max_descriptor_entries: 1,
+            ..Bounds::default()
+        };
+        let refuse = |text: &str| {
+            let json = RateLimitRequestJson::from_slice(text.as_bytes()).unwrap();
+            json.into_request(&bounds).unwrap_err().0
+        };
+        let two = refuse(
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}]},{"entries":[{"key":"k"}]}]}"#,
+        );
+        assert!(two.contains("--max-descriptors"), "{two}");
+        // Counted before the bad unit of the first descriptor is read.
+        let wide = refuse(
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"a"},{"key":"b"}],"limit":{"requestsPerUnit":1,"unit":0}}]}"#,
+        );
+        assert!(wide.contains("--max-descriptor-entries"), "{wide}");
+    }
+
+    #[test]
     fn durations_are_proto3_json_strings() {
         assert_eq!(duration(Duration::from_secs(60)), "60s");
         assert_eq!(duration(Duration::from_millis(1500)), "1.5s");
