@@ -3,12 +3,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use slidegate_server::bounds::Bounds;
 use slidegate_server::check_json::RateLimitRequestJson;
 use slidegate_server::http::request::parse_acquire;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = parse_acquire(data);
+    let _ = parse_acquire(data, &Bounds::default());
     if let Ok(request) = RateLimitRequestJson::from_slice(data) {
-        let _ = request.into_request();
+        let _ = request.into_request(&Bounds::default());
     }
 });

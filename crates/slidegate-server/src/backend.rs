@@ -6,6 +6,7 @@
 //! one more variant here and one more arm in [`Backend::connect`]: nothing
 //! else changes.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 
@@ -20,7 +21,7 @@ use crate::cli::{ClockMode, StoreArgs};
 use crate::metrics::Instrumented;
 
 /// A parsed `--store` value.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreUrl {
     /// `memory`: the in-process store.
     Memory,
@@ -28,12 +29,54 @@ pub enum StoreUrl {
     Redis(String),
 }
 
-/// A `--store` value that names no known store.
+impl fmt::Debug for StoreUrl {
+    /// The URL without its password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::Memory => f.write_str("Memory"),
+            StoreUrl::Redis(url) => f.debug_tuple("Redis").field(&redact_url(url)).finish(),
+        }
+    }
+}
+
+/// A `--store` value that names no known store (shown without its password).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "unknown store {0:?}: expected `memory`, `redis://HOST:PORT`, `rediss://HOST:PORT` or `redis+cluster://H1:P1,H2:P2`"
+    "unknown store {:?}: expected `memory`, `redis://HOST:PORT`, `rediss://HOST:PORT` or `redis+cluster://H1:P1,H2:P2`",
+    redact_url(.0)
 )]
 pub struct UnknownStore(String);
+
+/// `url` fit to be shown: whatever follows the user name in its user info
+/// (`user:password@`) becomes `***`, as does its query string (Redis URLs
+/// may carry `?pass=`). Works on mistyped URLs too: the password is
+/// whatever stands between the first `:` after the scheme and the last `@`.
+///
+/// `redis://app:s3cret@10.0.0.1:6379/0` → `redis://app:***@10.0.0.1:6379/0`
+pub fn redact_url(url: &str) -> Cow<'_, str> {
+    let (url, query) = match url.split_once('?') {
+        Some((url, _)) => (url, "?***"),
+        None => (url, ""),
+    };
+    let Some((before, host)) = url.rsplit_once('@') else {
+        return match query {
+            "" => Cow::Borrowed(url),
+            query => Cow::Owned(format!("{url}{query}")),
+        };
+    };
+    let (scheme, user_info) = match before.split_once("://") {
+        Some((scheme, rest)) => (Some(scheme), rest),
+        None => (None, before),
+    };
+    let user = match user_info.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => "***".to_owned(),
+    };
+    Cow::Owned(match scheme {
+        Some(scheme) => format!("{scheme}://{user}@{host}{query}"),
+        None => format!("{user}@{host}{query}"),
+    })
+}
 
 impl FromStr for StoreUrl {
     type Err = UnknownStore;
@@ -72,7 +115,7 @@ pub enum ConnectError {
     /// The Redis URL or options are wrong (an unreachable Redis is not an
     /// error: the service starts, degraded, and follows it when it answers).
     #[error("redis store: {0}")]
-    Redis(#[source] Error),
+    Redis(Error),
 }
 
 /// Every store the service can decide with.
@@ -215,6 +258,35 @@ mod tests {
     fn a_store_url_never_prints_its_password() {
         let url: StoreUrl = "redis://user:secret@host:6379".parse().unwrap();
         assert_eq!(url.to_string(), "redis");
+        assert_eq!(format!("{url:?}"), r#"Redis("redis://user:***@host:6379")"#);
+        let unknown = "redis:/user:secret@host".parse::<StoreUrl>().unwrap_err();
+        assert!(!unknown.to_string().contains("secret"), "{unknown}");
+    }
+
+    #[test]
+    fn redaction_hides_passwords_in_urls_well_formed_or_not() {
+        for (url, shown) in [
+            (
+                "redis://app:s3cret@10.0.0.1:6379/0",
+                "redis://app:***@10.0.0.1:6379/0",
+            ),
+            ("rediss://:s3cret@host", "rediss://:***@host"),
+            ("redis://s3cret@host", "redis://***@host"),
+            (
+                "redis+cluster://u:s3cret@a:1,b:2",
+                "redis+cluster://u:***@a:1,b:2",
+            ),
+            ("redis://u:p@ss:s3cret@host", "redis://u:***@host"),
+            ("redis:/u:s3cret@host", "redis:***@host"),
+            (
+                "redis+unix:///tmp/r.sock?pass=s3cret",
+                "redis+unix:///tmp/r.sock?***",
+            ),
+            ("redis://host:6379", "redis://host:6379"),
+            ("memory", "memory"),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
     }
 
     fn memory_args(max_keys: usize, on_error: FailurePolicy) -> StoreArgs {

@@ -13,6 +13,7 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::bounds::Bounds;
 use crate::grpc::{unit_from_proto, unit_to_proto};
 use crate::service::{CheckRequest, CheckResponse, Code, DescriptorRequest};
 
@@ -139,8 +140,15 @@ impl RateLimitRequestJson {
         }
     }
 
-    /// The request in the service's terms.
-    pub fn into_request(self) -> Result<CheckRequest, InvalidCheck> {
+    /// The request in the service's terms, once its shape is within
+    /// `bounds` (checked before anything else is read).
+    pub fn into_request(self, bounds: &Bounds) -> Result<CheckRequest, InvalidCheck> {
+        bounds
+            .check_descriptors(
+                self.descriptors.len(),
+                self.descriptors.iter().map(|d| d.entries.len()),
+            )
+            .map_err(|e| InvalidCheck(e.to_string()))?;
         let descriptors = self
             .descriptors
             .into_iter()
@@ -154,6 +162,12 @@ impl RateLimitRequestJson {
                 let limit_override = d
                     .limit
                     .map(|l| {
+                        if u32::try_from(l.requests_per_unit).is_err() {
+                            return Err(InvalidCheck(format!(
+                                "descriptor {i}: the limit override's requestsPerUnit is a uint32, at most {}",
+                                u32::MAX
+                            )));
+                        }
                         let unit = ProtoUnit::try_from(l.unit.0).ok().and_then(unit_from_proto);
                         unit.map(|u| (l.requests_per_unit, u))
                             .ok_or_else(|| InvalidCheck(format!("descriptor {i}: the limit override needs a known unit")))
@@ -249,7 +263,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<CheckRequest, String> {
         let json = RateLimitRequestJson::from_slice(text.as_bytes()).map_err(|e| e.to_string())?;
-        json.into_request().map_err(|e| e.0)
+        json.into_request(&Bounds::default()).map_err(|e| e.0)
     }
 
     #[test]
@@ -296,10 +310,33 @@ mod tests {
             r#"{"domain":"d","descriptors":[{"entries":[{"value":"v"}]}]}"#,
             r#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}],"limit":{"unit":"FORTNIGHT"}}]}"#,
             r#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}],"isNegativeHits":true}]}"#,
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}],"limit":{"requestsPerUnit":4294967296,"unit":"SECOND"}}]}"#,
             r#"[]"#,
         ] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn descriptors_beyond_the_bounds_are_refused_before_reading_them() {
+        let bounds = Bounds {
+            max_descriptors: 1,
+            max_descriptor_entries: 1,
+            ..Bounds::default()
+        };
+        let refuse = |text: &str| {
+            let json = RateLimitRequestJson::from_slice(text.as_bytes()).unwrap();
+            json.into_request(&bounds).unwrap_err().0
+        };
+        let two = refuse(
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"k"}]},{"entries":[{"key":"k"}]}]}"#,
+        );
+        assert!(two.contains("--max-descriptors"), "{two}");
+        // Counted before the bad unit of the first descriptor is read.
+        let wide = refuse(
+            r#"{"domain":"d","descriptors":[{"entries":[{"key":"a"},{"key":"b"}],"limit":{"requestsPerUnit":1,"unit":0}}]}"#,
+        );
+        assert!(wide.contains("--max-descriptor-entries"), "{wide}");
     }
 
     #[test]

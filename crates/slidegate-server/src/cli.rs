@@ -4,15 +4,20 @@
 //! `--log-format`), can also be set from the environment (`SLIDEGATE_*`);
 //! a flag given on the command line wins over the environment.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context as _;
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{Algorithm, Rate};
 
 use crate::backend::StoreUrl;
 use crate::bench::BenchArgs;
+use crate::bounds::Bounds;
 use crate::listen::{self, ConnectionLimits, GrpcLimits};
 use crate::logging::LogFormat;
 use crate::serve::ServeLimits;
@@ -142,14 +147,27 @@ pub struct ServeArgs {
     pub allow_empty_config: bool,
 
     /// Enables `DELETE /v1/keys/{key}` for requests carrying
-    /// `Authorization: Bearer TOKEN`. Without it the route is refused.
+    /// `Authorization: Bearer TOKEN`, and requires the token for
+    /// `GET /v1/keys/{key}` too. Without it `DELETE` is refused and `GET`
+    /// is open. A flag is visible to every user of the machine (`ps`):
+    /// prefer --admin-token-file.
     #[arg(
         long,
         value_name = "TOKEN",
         env = "SLIDEGATE_ADMIN_TOKEN",
-        hide_env_values = true
+        hide_env_values = true,
+        conflicts_with = "admin_token_file"
     )]
     pub admin_token: Option<String>,
+
+    /// Reads the admin token (see --admin-token) from this file; a
+    /// trailing newline is ignored.
+    #[arg(long, value_name = "PATH", env = "SLIDEGATE_ADMIN_TOKEN_FILE")]
+    pub admin_token_file: Option<PathBuf>,
+
+    /// How much one request may ask.
+    #[command(flatten)]
+    pub bounds: BoundsArgs,
 
     /// Where the limiter keeps its state.
     #[command(flatten)]
@@ -300,6 +318,133 @@ fn positive_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+impl ServeArgs {
+    /// The admin token, from --admin-token or read from --admin-token-file.
+    /// The error never shows the token.
+    pub fn admin_token(&self) -> anyhow::Result<Option<String>> {
+        let Some(path) = &self.admin_token_file else {
+            return Ok(self.admin_token.clone());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the admin token file {}", path.display()))?;
+        let token = text.trim_end_matches(['\r', '\n']);
+        anyhow::ensure!(
+            !token.is_empty(),
+            "the admin token file {} is empty",
+            path.display()
+        );
+        Ok(Some(token.to_owned()))
+    }
+}
+
+/// The bounds on what one request may ask (see [`Bounds`]).
+#[derive(Clone, Debug, Args)]
+pub struct BoundsArgs {
+    /// Most descriptors in one gRPC `ShouldRateLimit` or `POST /v1/check`;
+    /// a request with more is refused (INVALID_ARGUMENT, 400) before any work.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_MAX_DESCRIPTORS",
+        default_value_t = Bounds::MAX_DESCRIPTORS,
+        value_parser = at_least_one
+    )]
+    pub max_descriptors: usize,
+
+    /// Most entries in one descriptor; a request with more is refused.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_MAX_DESCRIPTOR_ENTRIES",
+        default_value_t = Bounds::MAX_DESCRIPTOR_ENTRIES,
+        value_parser = at_least_one
+    )]
+    pub max_descriptor_entries: usize,
+
+    /// Largest limit a client may ask for in `POST /v1/acquire` and
+    /// `GET /v1/keys/{key}` (the rules of --config are exempt).
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_MAX_ADHOC_LIMIT",
+        default_value_t = Bounds::MAX_ADHOC_LIMIT,
+        value_parser = clap::value_parser!(u64).range(1..=Rate::MAX_LIMIT)
+    )]
+    pub max_adhoc_limit: u64,
+
+    /// Longest window a client may ask for in `POST /v1/acquire` and
+    /// `GET /v1/keys/{key}`, e.g. `1h`, `1d` (the rules of --config are exempt).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "SLIDEGATE_MAX_ADHOC_WINDOW",
+        default_value = "1d",
+        value_parser = adhoc_window
+    )]
+    pub max_adhoc_window: Duration,
+}
+
+impl From<&BoundsArgs> for Bounds {
+    fn from(args: &BoundsArgs) -> Bounds {
+        Bounds {
+            max_descriptors: args.max_descriptors,
+            max_descriptor_entries: args.max_descriptor_entries,
+            max_adhoc_limit: args.max_adhoc_limit,
+            max_adhoc_window: args.max_adhoc_window,
+        }
+    }
+}
+
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("expected a whole number from 1".into()),
+    }
+}
+
+fn adhoc_window(text: &str) -> Result<Duration, String> {
+    let window = slidegate::rate::parse_window(text).map_err(|e| e.to_string())?;
+    if window < Rate::MIN_WINDOW || window > Rate::MAX_WINDOW {
+        return Err(format!(
+            "expected a window from {:?} to {} days",
+            Rate::MIN_WINDOW,
+            Rate::MAX_WINDOW.as_secs() / 86_400
+        ));
+    }
+    Ok(window)
+}
+
+/// Parses `--store` without ever echoing it: clap's own message for a bad
+/// value repeats the value, and a store URL may carry a password.
+#[derive(Clone, Copy, Debug)]
+struct StoreUrlParser;
+
+impl TypedValueParser for StoreUrlParser {
+    type Value = StoreUrl;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        _arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<StoreUrl, clap::Error> {
+        let Some(text) = value.to_str() else {
+            return Err(clap::Error::raw(
+                ErrorKind::InvalidUtf8,
+                "invalid value for '--store <URL>': not UTF-8\n",
+            )
+            .with_cmd(cmd));
+        };
+        text.parse().map_err(|e: crate::backend::UnknownStore| {
+            clap::Error::raw(
+                ErrorKind::ValueValidation,
+                format!("invalid value for '--store <URL>': {e}\n"),
+            )
+            .with_cmd(cmd)
+        })
+    }
+}
+
 /// Whose clock the Redis store uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ClockMode {
@@ -316,12 +461,15 @@ pub struct StoreArgs {
     /// Where the limiter keeps its state: `memory` (this process only;
     /// lost on restart), `redis://[user:password@]host:port[/db]`,
     /// `rediss://…` (TLS) or `redis+cluster://host1:port1,host2:port2`
-    /// (shared by every instance that points at it).
+    /// (shared by every instance that points at it). Its password is
+    /// never shown: not in help, logs, errors or metrics.
     #[arg(
         long = "store",
         value_name = "URL",
         env = "SLIDEGATE_STORE",
-        default_value = "memory"
+        hide_env_values = true,
+        default_value = "memory",
+        value_parser = StoreUrlParser
     )]
     pub url: StoreUrl,
 
@@ -386,7 +534,8 @@ pub struct StoreArgs {
 /// silently change the question asked.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The key to decide for, e.g. `login:10.0.0.1` (1 to 1024 bytes; braces
+    /// The key to decide for, e.g. `login:10.0.0.1`: the ad-hoc key of
+    /// `POST /v1/acquire` (a long key is counted under its digest; braces
     /// only as a `{hash tag}`).
     #[arg(long, value_name = "KEY")]
     pub key: String,
@@ -442,6 +591,75 @@ mod tests {
         assert_eq!(args.rates.len(), 2);
         assert_eq!(args.cost, 1);
         assert_eq!(args.algorithm, Algorithm::SlidingLog);
+    }
+
+    fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+        let cli = Cli::try_parse_from(["slidegate", "serve"].iter().chain(args))?;
+        match cli.command {
+            Command::Serve(args) => Ok(args),
+            other => panic!("not serve: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bounds_have_flags_and_defaults() {
+        let args = serve(&[]).unwrap();
+        assert_eq!(Bounds::from(&args.bounds), Bounds::default());
+        let args = serve(&[
+            "--max-descriptors",
+            "8",
+            "--max-descriptor-entries",
+            "4",
+            "--max-adhoc-limit",
+            "100",
+            "--max-adhoc-window",
+            "1h",
+        ])
+        .unwrap();
+        let bounds = Bounds::from(&args.bounds);
+        assert_eq!(
+            (bounds.max_descriptors, bounds.max_descriptor_entries),
+            (8, 4)
+        );
+        assert_eq!(bounds.max_adhoc_limit, 100);
+        assert_eq!(bounds.max_adhoc_window, Duration::from_secs(3600));
+        for bad in [
+            ["--max-descriptors", "0"],
+            ["--max-adhoc-limit", "0"],
+            ["--max-adhoc-window", "0ms"],
+            ["--max-adhoc-window", "11y"],
+        ] {
+            assert!(serve(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_store_url_is_refused_without_its_password() {
+        let error = serve(&["--store", "redis:/user:hunter2@host"]).unwrap_err();
+        let text = error.to_string();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("***@host"), "{text}");
+    }
+
+    #[test]
+    fn the_admin_token_comes_from_a_file_without_its_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let args = serve(&["--admin-token-file", path.to_str().unwrap()]).unwrap();
+        assert_eq!(args.admin_token().unwrap().as_deref(), Some("s3cret"));
+        std::fs::write(&path, "\n").unwrap();
+        assert!(args.admin_token().is_err(), "an empty file");
+        assert!(
+            serve(&[
+                "--admin-token",
+                "x",
+                "--admin-token-file",
+                path.to_str().unwrap()
+            ])
+            .is_err(),
+            "both"
+        );
     }
 
     #[test]

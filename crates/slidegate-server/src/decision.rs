@@ -1,8 +1,14 @@
 //! Asking the store, and the JSON form of its answer. Shared by every
 //! protocol (`POST /v1/acquire`, `GET /v1/keys/{key}`, `slidegate check`).
+//!
+//! Keys given here are ad-hoc keys: each is decided in the ad-hoc key space
+//! ([`keyspace::adhoc_key`]), never in the space of the counters of the
+//! configured rules.
 
 use serde::Serialize;
 use slidegate::{Decision, Hit, Rule, Store};
+
+use crate::keyspace;
 
 /// The store's answer to one request: the decision the caller sees and the
 /// decision of each rule (for the `RateLimit` headers, one item per rule).
@@ -14,13 +20,15 @@ pub struct Outcome {
     pub rules: Vec<(Rule, Decision)>,
 }
 
-/// Decides `cost` units for `key` under every rule, all-or-nothing.
+/// Decides `cost` units for the ad-hoc `key` under every rule, all-or-nothing.
 pub async fn acquire<S: Store + ?Sized>(
     store: &S,
     key: &str,
     rules: &[Rule],
     cost: u64,
 ) -> slidegate::Result<Outcome> {
+    let key = keyspace::adhoc_key(key)?;
+    let key = key.as_str();
     if let [rule] = rules {
         let decision = store.acquire(key, rules, cost).await?;
         return Ok(Outcome {
@@ -37,17 +45,22 @@ pub async fn acquire<S: Store + ?Sized>(
     })
 }
 
-/// The state of `key` under `rule`, consuming nothing.
+/// The state of the ad-hoc `key` under `rule`, consuming nothing.
 pub async fn peek<S: Store + ?Sized>(
     store: &S,
     key: &str,
     rule: Rule,
 ) -> slidegate::Result<Outcome> {
-    let decision = store.peek(key, &[rule]).await?;
+    let decision = store.peek(&keyspace::adhoc_key(key)?, &[rule]).await?;
     Ok(Outcome {
         decision,
         rules: vec![(rule, decision)],
     })
+}
+
+/// Forgets the ad-hoc `key` under every rule.
+pub async fn reset<S: Store + ?Sized>(store: &S, key: &str) -> slidegate::Result<()> {
+    store.reset(&keyspace::adhoc_key(key)?).await
 }
 
 /// A decision as JSON:

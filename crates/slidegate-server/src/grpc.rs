@@ -21,23 +21,37 @@ use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 
+use crate::bounds::Bounds;
 use crate::config::{RateLimitConfig, Unit};
 use crate::listen::{
     Acceptor, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES,
-    GrpcLimits, Protocol, TrackRequests,
+    GrpcLimits, Protocol as ListenerProtocol, TrackRequests,
 };
+use crate::metrics::Protocol;
 use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
 
-/// The gRPC service: the current config and a store.
+/// The gRPC service: the current config, a store, and the bounds on requests.
 pub struct RateLimitGrpc<S> {
     config: Arc<ArcSwap<RateLimitConfig>>,
     store: S,
+    bounds: Bounds,
 }
 
 impl<S> RateLimitGrpc<S> {
-    /// A service deciding with `store` under whatever config `config` holds.
+    /// A service deciding with `store` under whatever config `config` holds,
+    /// within the default [`Bounds`].
     pub fn new(config: Arc<ArcSwap<RateLimitConfig>>, store: S) -> Self {
-        RateLimitGrpc { config, store }
+        RateLimitGrpc {
+            config,
+            store,
+            bounds: Bounds::default(),
+        }
+    }
+
+    /// Refuses requests beyond `bounds`.
+    pub fn with_bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
+        self
     }
 }
 
@@ -50,8 +64,8 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        let _in_flight = crate::metrics::InFlight::start("grpc");
-        let request = from_proto(request.into_inner())?;
+        let _in_flight = crate::metrics::InFlight::start(Protocol::Grpc);
+        let request = from_proto(request.into_inner(), &self.bounds)?;
         let config = self.config.load_full();
         match service::check(&config, &self.store, &request).await {
             Ok(response) => {
@@ -80,6 +94,7 @@ pub async fn serve<S: Store + Clone + 'static>(
     config: Arc<ArcSwap<RateLimitConfig>>,
     store: S,
     limits: GrpcLimits,
+    bounds: Bounds,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -104,14 +119,15 @@ pub async fn serve<S: Store + Clone + 'static>(
             }
         }
     });
-    let acceptor = Acceptor::new(listener, limits.connections, Protocol::Grpc);
+    let acceptor = Acceptor::new(listener, limits.connections, ListenerProtocol::Grpc);
     let incoming = futures_util::stream::unfold(acceptor, |acceptor| async move {
         let conn = acceptor.accept().await;
         Some((Ok::<_, std::io::Error>(conn), acceptor))
     });
     let streams = limits.max_concurrent_streams;
-    let service = RateLimitServiceServer::new(RateLimitGrpc::new(config, store))
-        .max_decoding_message_size(limits.max_message_bytes);
+    let service =
+        RateLimitServiceServer::new(RateLimitGrpc::new(config, store).with_bounds(bounds))
+            .max_decoding_message_size(limits.max_message_bytes);
     let result = tonic::transport::Server::builder()
         .timeout(limits.request_timeout)
         .max_concurrent_streams(streams)
@@ -139,8 +155,15 @@ pub fn status_of(error: &CheckError) -> Status {
     }
 }
 
-/// Envoy's request, in the service's terms.
-pub fn from_proto(request: RateLimitRequest) -> Result<CheckRequest, Status> {
+/// Envoy's request, in the service's terms, once its shape is within
+/// `bounds` (checked before anything else is read).
+pub fn from_proto(request: RateLimitRequest, bounds: &Bounds) -> Result<CheckRequest, Status> {
+    bounds
+        .check_descriptors(
+            request.descriptors.len(),
+            request.descriptors.iter().map(|d| d.entries.len()),
+        )
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
     let descriptors = request
         .descriptors
         .into_iter()

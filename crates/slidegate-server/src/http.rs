@@ -3,7 +3,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `POST /v1/acquire` | 200 allowed, 429 denied; decision as JSON, `RateLimit-Policy`, `RateLimit`, and `Retry-After` on 429 |
-//! | `GET /v1/keys/{key}?limit=..&window_ms=..[&algorithm=..]` | 200; the key's state under that rule, consuming nothing |
+//! | `GET /v1/keys/{key}?limit=..&window_ms=..[&algorithm=..]` | 200; the key's state under that rule, consuming nothing; with `--admin-token`, only for a request carrying it |
 //! | `POST /v1/check` (alias `POST /json`) | Envoy's `RateLimitRequest` in proto3 JSON, decided against the `--config` rules; 200 OK, 429 OVER_LIMIT, body `RateLimitResponse` |
 //! | `DELETE /v1/keys/{key}` | forgets the key under every rule; only with `--admin-token`, sent as `Authorization: Bearer` (401 without, 403 when wrong or disabled) |
 //! | `GET /healthz` | 200 while the process serves |
@@ -13,6 +13,10 @@
 //! Every error is `{"error":{"code":"...","message":"..."}}` with a stable
 //! code ([`ErrorCode`]): 400 for bad input, 404, 405, 408, 413, 415, and
 //! 503 when the store fails. Bad input is never a 5xx.
+//!
+//! `/v1/acquire` and `/v1/keys/{key}` address ad-hoc keys only
+//! ([`keyspace`](crate::keyspace)): no key they take reaches a counter of
+//! the configured rules.
 //!
 //! The router is generic over the [`Store`]: the binary uses
 //! [`Backend`](crate::backend::Backend), tests may use any store.
@@ -36,9 +40,11 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use crate::bounds::Bounds;
 use crate::check_json::{RateLimitRequestJson, RateLimitResponseJson};
 use crate::config::RateLimitConfig;
 use crate::decision::{self, DecisionBody, Outcome};
+use crate::metrics::Protocol;
 use crate::service::{self, CheckError, Code};
 
 mod admin;
@@ -67,18 +73,31 @@ pub struct AppState<S> {
     config: Arc<ArcSwap<RateLimitConfig>>,
     admin_token: Option<Arc<str>>,
     metrics: Option<PrometheusHandle>,
+    bounds: Bounds,
 }
 
 impl<S> AppState<S> {
     /// State deciding with `store`, with no rules for `/v1/check`, no admin
-    /// token and no metrics.
+    /// token, no metrics and the default [`Bounds`].
     pub fn new(store: S) -> AppState<S> {
         AppState {
             store: Arc::new(store),
             config: Arc::new(ArcSwap::from_pointee(RateLimitConfig::default())),
             admin_token: None,
             metrics: None,
+            bounds: Bounds::default(),
         }
+    }
+
+    /// Refuses requests beyond `bounds` (HTTP and gRPC alike).
+    pub fn with_bounds(mut self, bounds: Bounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
+    /// The bounds on requests.
+    pub fn bounds(&self) -> &Bounds {
+        &self.bounds
     }
 
     /// The rules of `/v1/check` (swapped in place on reload).
@@ -87,7 +106,8 @@ impl<S> AppState<S> {
         self
     }
 
-    /// Enables `DELETE /v1/keys/{key}` for this bearer token.
+    /// Enables `DELETE /v1/keys/{key}` for this bearer token, and requires
+    /// it for `GET /v1/keys/{key}` too.
     pub fn with_admin_token(mut self, token: Option<String>) -> Self {
         self.admin_token = token.filter(|t| !t.is_empty()).map(Arc::from);
         self
@@ -117,6 +137,7 @@ impl<S> Clone for AppState<S> {
             config: Arc::clone(&self.config),
             admin_token: self.admin_token.clone(),
             metrics: self.metrics.clone(),
+            bounds: self.bounds,
         }
     }
 }
@@ -148,10 +169,10 @@ async fn acquire<S: Store>(
     State(state): State<AppState<S>>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let request = request::parse_acquire(&body)?;
+    let request = request::parse_acquire(&body, &state.bounds)?;
     let outcome =
         decision::acquire(&*state.store, &request.key, &request.rules, request.cost).await?;
-    crate::metrics::acquire_decision(&request.rules, &outcome.decision);
+    crate::metrics::acquire_decision(&outcome.decision);
     let status = if outcome.decision.allowed() {
         StatusCode::OK
     } else {
@@ -161,11 +182,19 @@ async fn acquire<S: Store>(
 }
 
 /// `GET /v1/keys/{key}`: a read, so 200 even when a request would be denied.
+/// Another client's remaining quota is the operator's business: with an
+/// admin token set, only requests carrying it may look.
 async fn peek<S: Store>(
     State(state): State<AppState<S>>,
+    headers: http::HeaderMap,
     key: Result<Path<String>, PathRejection>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    if let Some(token) = state.admin_token.as_deref()
+        && let Some(refused) = admin::refusal(token, &headers)
+    {
+        return Ok(refused);
+    }
     let Path(key) = key.map_err(|e| {
         ApiError::new(
             ErrorCode::InvalidKey,
@@ -178,7 +207,7 @@ async fn peek<S: Store>(
             format!("the query string is not valid: {e}"),
         )
     })?;
-    let request = request::parse_peek(key, query)?;
+    let request = request::parse_peek(key, query, &state.bounds)?;
     let outcome = decision::peek(&*state.store, &request.key, request.rule).await?;
     Ok(decision_response(StatusCode::OK, &outcome))
 }
@@ -196,7 +225,7 @@ async fn check<S: Store>(
             };
             ApiError::new(code, format!("not a RateLimitRequest: {e}"))
         })?
-        .into_request()
+        .into_request(&state.bounds)
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.0))?;
     let config = state.config.load_full();
     let response = match service::check(&config, &*state.store, &request).await {
@@ -236,7 +265,7 @@ async fn count_in_flight(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    let _in_flight = crate::metrics::InFlight::start("http");
+    let _in_flight = crate::metrics::InFlight::start(Protocol::Http);
     next.run(request).await
 }
 

@@ -9,6 +9,8 @@
 //! - [`listen`]: accepting connections within a cap, and their deadlines.
 //! - [`check`]: one decision from the command line.
 //! - [`decision`]: asking the store, and the JSON form of its answer.
+//! - [`keyspace`]: the store keys, one key space per kind of counter.
+//! - [`bounds`]: how much one request may ask.
 //!
 //! The service only translates protocols: every limiter decision is made by
 //! the [`slidegate`] library's stores.
@@ -16,6 +18,7 @@
 
 pub mod backend;
 pub mod bench;
+pub mod bounds;
 pub mod check;
 pub mod check_json;
 pub mod cli;
@@ -23,6 +26,7 @@ pub mod config;
 pub mod decision;
 pub mod grpc;
 pub mod http;
+pub mod keyspace;
 pub mod listen;
 pub mod logging;
 pub mod metrics;

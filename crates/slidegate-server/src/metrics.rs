@@ -6,17 +6,46 @@
 //! | `slidegate_decisions_total` | counter | `source` (acquire, check), `domain`, `rule`, `outcome` (allowed, denied, shadow_denied, quota_exceeded, unlimited, degraded) |
 //! | `slidegate_store_call_duration_seconds` | histogram | `store`, `op` |
 //! | `slidegate_store_errors_total` | counter | `store`, `kind` (timeout, unavailable, full) |
+//! | `slidegate_policy_decisions_total` | counter | `policy` (deny, allow, local) |
 //! | `slidegate_config_reloads_total` | counter | `result` (ok, error, refused) |
 //! | `slidegate_connection_timeouts_total` | counter | `listener` (http, grpc), `phase` (header, idle) |
 //! | `slidegate_requests_in_flight` | gauge | `protocol` (http, grpc) |
+//!
+//! # Cardinality
+//!
+//! No label takes a value from a request, except under a hard bound:
+//!
+//! - `domain` is a configured domain, `unknown` for any other, or empty for
+//!   `/v1/acquire`.
+//! - `rule` is `adhoc` for every `/v1/acquire` decision (the caller's limit
+//!   and window are not labels), `override` for a limit sent with an Envoy
+//!   request, empty where no limit applied, or a configured limit's stats
+//!   key (envoyproxy/ratelimit's `domain.key_value.subkey`).
+//! - `detailed_metric` and `value_to_metric` put request values into the
+//!   stats key, as envoyproxy/ratelimit does: at most
+//!   [`MAX_DETAILED_KEYS`] such keys of at most [`MAX_DETAILED_KEY_LEN`]
+//!   bytes each are kept per process; decisions beyond them are counted
+//!   under the limit's configured key.
+//!
+//! So `slidegate_decisions_total` has at most 3 series for `/v1/acquire`,
+//! 6 per configured limit, 6 per detailed key (at most 6,000), and 4 per
+//! configured domain plus 4 for `unknown` (overrides: allowed, denied,
+//! degraded; unmatched descriptors: unlimited), whatever the clients send.
+//!
+//! Handles whose labels are fixed (acquire, in flight, store calls, each
+//! configured limit) are registered once, on first use after [`install`],
+//! and reused: a `counter!` with labels looks the registry up on every call.
 
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use metrics::{Counter, Gauge, Histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use slidegate::{Decision, Error, Hit, Rule, Store};
 
-use crate::service::{CheckResponse, Outcome};
+use crate::config::Limit;
+use crate::service::{CheckResponse, MetricName, Outcome};
 
 /// Store call latency buckets, in seconds: 50 µs to 1 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -24,11 +53,32 @@ const LATENCY_BUCKETS: &[f64] = &[
     1.0,
 ];
 
+/// Most distinct stats keys with request values in them (`detailed_metric`,
+/// `value_to_metric`) per process.
+pub const MAX_DETAILED_KEYS: usize = 1_000;
+
+/// Longest stats key with request values in it, in bytes; a longer one is
+/// counted under the limit's configured key.
+pub const MAX_DETAILED_KEY_LEN: usize = 256;
+
+/// The `rule` of every `/v1/acquire` decision.
+pub const ADHOC_RULE: &str = "adhoc";
+/// The `rule` of a limit override.
+pub const OVERRIDE_RULE: &str = "override";
+/// The `domain` of a domain that is not configured.
+pub const UNKNOWN_DOMAIN: &str = "unknown";
+
+const DECISIONS: &str = "slidegate_decisions_total";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Set once the recorder is installed: handles made before would belong to
+/// no recorder, so none is kept until then.
+static INSTALLED: OnceLock<()> = OnceLock::new();
 
 /// Installs the Prometheus recorder once per process and returns its handle.
 pub fn install() -> PrometheusHandle {
-    HANDLE
+    let handle = HANDLE
         .get_or_init(|| {
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(
@@ -43,66 +93,178 @@ pub fn install() -> PrometheusHandle {
                 Err(_) => PrometheusBuilder::new().build_recorder().handle(),
             }
         })
-        .clone()
+        .clone();
+    let _ = INSTALLED.set(());
+    handle
 }
 
-/// Counts the outcome of one `/v1/acquire` (or peek) decision.
-pub fn acquire_decision(rules: &[Rule], decision: &Decision) {
-    let outcome = if decision.degraded() {
-        "degraded"
-    } else if decision.allowed() {
-        "allowed"
+/// The handle in `cell`, made by `make` the first time once the recorder
+/// is installed; before that, a fresh one each time.
+fn cached<T: Clone>(cell: &OnceLock<T>, make: impl FnOnce() -> T) -> T {
+    if INSTALLED.get().is_some() {
+        cell.get_or_init(make).clone()
     } else {
-        "denied"
+        make()
+    }
+}
+
+/// The outcomes of `slidegate_decisions_total`, in the order of the
+/// handle arrays.
+const OUTCOMES: [&str; 6] = [
+    "allowed",
+    "denied",
+    "shadow_denied",
+    "quota_exceeded",
+    "unlimited",
+    "degraded",
+];
+const ALLOWED: usize = 0;
+const DENIED: usize = 1;
+const DEGRADED: usize = 5;
+
+/// The decision counters of one configured limit, registered on first use.
+#[derive(Default)]
+pub struct LimitCounters([OnceLock<Counter>; 6]);
+
+impl Clone for LimitCounters {
+    /// A copy of a limit counts under the same labels: it finds the same
+    /// series in the registry when it first counts.
+    fn clone(&self) -> Self {
+        LimitCounters::default()
+    }
+}
+
+impl PartialEq for LimitCounters {
+    /// Handles are not part of what a limit is.
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for LimitCounters {}
+
+impl std::fmt::Debug for LimitCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LimitCounters")
+    }
+}
+
+static ACQUIRE: [OnceLock<Counter>; 6] = [const { OnceLock::new() }; 6];
+
+/// Counts the outcome of one `/v1/acquire` decision.
+pub fn acquire_decision(decision: &Decision) {
+    let outcome = if decision.degraded() {
+        DEGRADED
+    } else if decision.allowed() {
+        ALLOWED
+    } else {
+        DENIED
     };
-    let rule = match rules {
-        [one] => one.to_string(),
-        many => many
-            .iter()
-            .map(Rule::to_string)
-            .collect::<Vec<_>>()
-            .join(" + "),
-    };
-    metrics::counter!("slidegate_decisions_total", "source" => "acquire", "domain" => "", "rule" => rule, "outcome" => outcome)
-        .increment(1);
+    cached(&ACQUIRE[outcome], || {
+        metrics::counter!(DECISIONS, "source" => "acquire", "domain" => "", "rule" => ADHOC_RULE, "outcome" => OUTCOMES[outcome])
+    })
+    .increment(1);
 }
 
 /// Counts the outcome of every descriptor of one Envoy check.
 pub fn check_decisions(domain: &str, response: &CheckResponse) {
-    for (outcome, rule) in &response.outcomes {
+    let domain = if response.known_domain {
+        domain
+    } else {
+        UNKNOWN_DOMAIN
+    };
+    for (outcome, name) in &response.outcomes {
         let outcome = match (response.degraded, outcome) {
-            (true, Outcome::Allowed | Outcome::Denied) => "degraded",
-            (_, Outcome::Unlimited) => "unlimited",
-            (_, Outcome::Allowed) => "allowed",
-            (_, Outcome::Denied) => "denied",
-            (_, Outcome::ShadowDenied) => "shadow_denied",
-            (_, Outcome::QuotaExceeded) => "quota_exceeded",
+            (true, Outcome::Allowed | Outcome::Denied) => DEGRADED,
+            (_, Outcome::Unlimited) => 4,
+            (_, Outcome::Allowed) => ALLOWED,
+            (_, Outcome::Denied) => DENIED,
+            (_, Outcome::ShadowDenied) => 2,
+            (_, Outcome::QuotaExceeded) => 3,
         };
-        metrics::counter!(
-            "slidegate_decisions_total",
-            "source" => "check",
-            "domain" => domain.to_owned(),
-            "rule" => rule.clone().unwrap_or_default(),
-            "outcome" => outcome
-        )
-        .increment(1);
+        let counter = match name {
+            MetricName::Configured(limit) => limit_counter(domain, limit, outcome),
+            MetricName::Detailed(limit, key) if detailed_key_allowed(key) => {
+                check_counter(domain, key.clone(), outcome)
+            }
+            MetricName::Detailed(limit, _) => limit_counter(domain, limit, outcome),
+            MetricName::Override => check_counter(domain, OVERRIDE_RULE.to_owned(), outcome),
+            MetricName::NoLimit => check_counter(domain, String::new(), outcome),
+        };
+        counter.increment(1);
     }
 }
 
+fn limit_counter(domain: &str, limit: &Limit, outcome: usize) -> Counter {
+    cached(&limit.counters.0[outcome], || {
+        check_counter(domain, limit.full_key.clone(), outcome)
+    })
+}
+
+fn check_counter(domain: &str, rule: String, outcome: usize) -> Counter {
+    metrics::counter!(
+        DECISIONS,
+        "source" => "check",
+        "domain" => domain.to_owned(),
+        "rule" => rule,
+        "outcome" => OUTCOMES[outcome]
+    )
+}
+
+/// True when `key` may be a label: one of the first [`MAX_DETAILED_KEYS`]
+/// distinct keys seen, and short enough.
+fn detailed_key_allowed(key: &str) -> bool {
+    static SEEN: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    if key.len() > MAX_DETAILED_KEY_LEN {
+        return false;
+    }
+    let mut seen = SEEN
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if seen.contains(key) {
+        return true;
+    }
+    if seen.len() >= MAX_DETAILED_KEYS {
+        return false;
+    }
+    seen.insert(key.to_owned());
+    true
+}
+
+static IN_FLIGHT: [OnceLock<Gauge>; 2] = [const { OnceLock::new() }; 2];
+
+/// The protocol of a request in flight.
+#[derive(Clone, Copy, Debug)]
+pub enum Protocol {
+    /// The HTTP API.
+    Http,
+    /// gRPC.
+    Grpc,
+}
+
 /// Holds the in-flight gauge of one protocol up while alive.
-pub struct InFlight(&'static str);
+pub struct InFlight(Gauge);
 
 impl InFlight {
     /// One more request of `protocol` in flight.
-    pub fn start(protocol: &'static str) -> InFlight {
-        metrics::gauge!("slidegate_requests_in_flight", "protocol" => protocol).increment(1.0);
-        InFlight(protocol)
+    pub fn start(protocol: Protocol) -> InFlight {
+        let (index, name) = match protocol {
+            Protocol::Http => (0, "http"),
+            Protocol::Grpc => (1, "grpc"),
+        };
+        let gauge = cached(
+            &IN_FLIGHT[index],
+            || metrics::gauge!("slidegate_requests_in_flight", "protocol" => name),
+        );
+        gauge.increment(1.0);
+        InFlight(gauge)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        metrics::gauge!("slidegate_requests_in_flight", "protocol" => self.0).decrement(1.0);
+        self.0.decrement(1.0);
     }
 }
 
@@ -110,13 +272,39 @@ impl Drop for InFlight {
 #[derive(Clone, Debug)]
 pub struct Instrumented<S> {
     inner: S,
+    handles: Arc<StoreHandles>,
+}
+
+/// The store operations timed, in the order of [`StoreHandles::latency`].
+const OPS: [&str; 4] = ["acquire", "acquire_batch", "reset", "ready"];
+/// The store error kinds counted, in the order of [`StoreHandles::errors`].
+const ERROR_KINDS: [&str; 3] = ["timeout", "full", "unavailable"];
+
+struct StoreHandles {
     name: &'static str,
+    latency: [OnceLock<Histogram>; 4],
+    errors: [OnceLock<Counter>; 3],
+}
+
+impl std::fmt::Debug for StoreHandles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreHandles")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S> Instrumented<S> {
     /// Wraps `inner`, labelled `name` (memory, redis, redis_cluster).
     pub fn new(inner: S, name: &'static str) -> Self {
-        Instrumented { inner, name }
+        Instrumented {
+            inner,
+            handles: Arc::new(StoreHandles {
+                name,
+                latency: Default::default(),
+                errors: Default::default(),
+            }),
+        }
     }
 
     /// The wrapped store.
@@ -124,18 +312,24 @@ impl<S> Instrumented<S> {
         &self.inner
     }
 
-    fn observe<T>(&self, op: &'static str, started: Instant, result: &Result<T, Error>) {
+    fn observe<T>(&self, op: usize, started: Instant, result: &Result<T, Error>) {
         let elapsed: Duration = started.elapsed();
-        metrics::histogram!("slidegate_store_call_duration_seconds", "store" => self.name, "op" => op).record(elapsed.as_secs_f64());
+        let handles = &*self.handles;
+        cached(&handles.latency[op], || {
+            metrics::histogram!("slidegate_store_call_duration_seconds", "store" => handles.name, "op" => OPS[op])
+        })
+        .record(elapsed.as_secs_f64());
         if let Err(error) = result {
             let kind = match error {
-                Error::Timeout(_) => "timeout",
-                Error::StoreFull { .. } => "full",
-                Error::Store(_) => "unavailable",
+                Error::Timeout(_) => 0,
+                Error::StoreFull { .. } => 1,
+                Error::Store(_) => 2,
                 _ => return,
             };
-            metrics::counter!("slidegate_store_errors_total", "store" => self.name, "kind" => kind)
-                .increment(1);
+            cached(&handles.errors[kind], || {
+                metrics::counter!("slidegate_store_errors_total", "store" => handles.name, "kind" => ERROR_KINDS[kind])
+            })
+            .increment(1);
         }
     }
 }
@@ -144,28 +338,46 @@ impl<S: Store> Store for Instrumented<S> {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision, Error> {
         let started = Instant::now();
         let result = self.inner.acquire(key, rules, cost).await;
-        self.observe("acquire", started, &result);
+        self.observe(0, started, &result);
         result
     }
 
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>, Error> {
         let started = Instant::now();
         let result = self.inner.acquire_batch(hits).await;
-        self.observe("acquire_batch", started, &result);
+        self.observe(1, started, &result);
         result
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let started = Instant::now();
         let result = self.inner.reset(key).await;
-        self.observe("reset", started, &result);
+        self.observe(2, started, &result);
         result
     }
 
     async fn ready(&self) -> Result<(), Error> {
         let started = Instant::now();
         let result = self.inner.ready().await;
-        self.observe("ready", started, &result);
+        self.observe(3, started, &result);
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detailed_keys_are_bounded_in_number_and_length() {
+        assert!(!detailed_key_allowed(&"k".repeat(MAX_DETAILED_KEY_LEN + 1)));
+        let mut allowed = 0;
+        while detailed_key_allowed(&format!("bound-test.{allowed}")) {
+            allowed += 1;
+            assert!(allowed <= MAX_DETAILED_KEYS, "no bound");
+        }
+        assert!(allowed > 0);
+        assert!(detailed_key_allowed("bound-test.0"), "a kept key stays");
+        assert!(!detailed_key_allowed("bound-test.new"));
     }
 }

@@ -51,8 +51,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    let admin_token = args.admin_token()?;
     let mut state = AppState::new(backend.clone())
-        .with_admin_token(args.admin_token.clone())
+        .with_admin_token(admin_token)
+        .with_bounds((&args.bounds).into())
         .with_metrics(metrics);
     if let Some(live) = &live {
         state = state.with_config(live.current());
@@ -148,6 +150,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
     });
     let store = (**state.store()).clone();
     let config = Arc::clone(state.config());
+    let bounds = *state.bounds();
     let grace = limits.shutdown_grace;
     let http = serve_with(
         http_listener,
@@ -164,6 +167,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
             config,
             store,
             limits.grpc,
+            bounds,
             wait(stopped.clone()),
         );
         tokio::select! {

@@ -264,7 +264,13 @@ fn cases() -> Vec<Case> {
         Case {
             name: "unlimited and blocked",
             steps: vec![
-                (vec![d(&[("qux", "anything")])], 1, false, vec![(false, 0)]),
+                // As envoyproxy/ratelimit answers: the largest uint32.
+                (
+                    vec![d(&[("qux", "anything")])],
+                    1,
+                    false,
+                    vec![(false, 4_294_967_295)],
+                ),
                 (
                     vec![d(&[("foo", "z"), ("bar", "banned")])],
                     1,
@@ -456,7 +462,7 @@ async fn metrics_move_with_traffic(kind: StoreKind) {
     let acquire = [
         "slidegate_decisions_total",
         "source=\"acquire\"",
-        "rule=\"1/1m\"",
+        "rule=\"adhoc\"",
     ];
     assert!(counter(&after, &acquire) - counter(&before, &acquire) >= 1.0);
     assert!(
@@ -566,8 +572,8 @@ async fn descriptors_are_decided_per_slot_on_a_redis_cluster() {
     let rules = example_rules();
     let server = serve(backend, &rules).await;
     for protocol in [Protocol::Grpc, Protocol::Json] {
-        // The counters are `rl|KEY=VALUE`, kept by Redis under
-        // `slidegate:{rl|KEY=VALUE}:RATE`, in the slot of the braced part.
+        // The counters are `c:rl|KEY=VALUE`, kept by Redis under
+        // `slidegate:{c:rl|KEY=VALUE}:RATE`, in the slot of the braced part.
         let (foo, other) = (format!("{protocol:?}"), format!("{protocol:?}-other"));
         let slot = |counter: String| {
             cluster.nodes[0].text(&[
@@ -577,8 +583,8 @@ async fn descriptors_are_decided_per_slot_on_a_redis_cluster() {
             ])
         };
         assert_ne!(
-            slot(format!("rl|foo={foo}")),
-            slot(format!("rl|unspec={other}"))
+            slot(format!("c:rl|foo={foo}")),
+            slot(format!("c:rl|unspec={other}"))
         );
         let foo = || (vec![("foo", foo.as_str())], None);
         let unspec = || (vec![("unspec", other.as_str())], None);

@@ -5,10 +5,14 @@
 
 use std::path::PathBuf;
 
-use slidegate::Rate;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use prost::Message;
+use slidegate::{MemoryStore, Rate};
+use slidegate_server::bounds::Bounds;
 use slidegate_server::check_json::RateLimitRequestJson;
 use slidegate_server::config::{LoadOptions, RateLimitConfig};
 use slidegate_server::http::request::parse_acquire;
+use slidegate_server::{grpc, service};
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -57,9 +61,35 @@ fn the_config_corpus_loads_or_errs() {
 #[test]
 fn the_http_body_corpus_decodes_or_errs() {
     for input in corpus("http_body") {
-        let _ = parse_acquire(&input);
+        let _ = parse_acquire(&input, &Bounds::default());
         if let Ok(request) = RateLimitRequestJson::from_slice(&input) {
-            let _ = request.into_request();
+            let _ = request.into_request(&Bounds::default());
         }
     }
+}
+
+#[tokio::test]
+async fn the_grpc_request_corpus_decides_or_errs() {
+    let rules = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/fuzz_targets/grpc_request.yaml"),
+    )
+    .unwrap();
+    let sources = [("fuzz.yaml".to_owned(), rules)];
+    let config = RateLimitConfig::from_sources(&sources, LoadOptions::default()).unwrap();
+    let store = MemoryStore::builder().max_keys(10_000).build();
+    let mut decided = 0;
+    for input in corpus("grpc_request") {
+        let Ok(request) = RateLimitRequest::decode(input.as_slice()) else {
+            continue;
+        };
+        let Ok(request) = grpc::from_proto(request, &Bounds::default()) else {
+            continue;
+        };
+        if let Ok(response) = service::check(&config, &store, &request).await {
+            decided += 1;
+            assert_eq!(response.statuses.len(), request.descriptors.len());
+            let _ = grpc::to_proto(&response);
+        }
+    }
+    assert!(decided > 0, "some inputs are requests the service decides");
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::Limit;
 use super::yaml::DescriptorSpec;
+use crate::keyspace::CounterKey;
 
 /// One level of descriptors: exact `key`/`value` pairs, wildcard values
 /// (in file order) and key-only defaults.
@@ -91,14 +92,15 @@ impl Level {
 pub struct Matched<'a> {
     /// The limit.
     pub limit: &'a Arc<Limit>,
-    /// The store key of its counter: the domain and each entry, with the
-    /// wildcard pattern in place of the value where `share_threshold` makes
-    /// every matching value share one counter. Components are escaped so
-    /// distinct descriptors never share a key.
+    /// The store key of its counter ([`CounterKey::configured`]): the
+    /// domain and each entry, with the wildcard pattern in place of the
+    /// value where `share_threshold` makes every matching value share one
+    /// counter.
     pub counter_key: String,
-    /// The name its metrics are reported under (envoyproxy/ratelimit's
-    /// stats key, with values where `detailed_metric`/`value_to_metric` ask).
-    pub metric_key: String,
+    /// envoyproxy/ratelimit's stats key with the request's values in it,
+    /// when `detailed_metric` or `value_to_metric` put some there;
+    /// otherwise the limit's [`full_key`](Limit::full_key) names it.
+    pub detailed_key: Option<String>,
 }
 
 pub(crate) fn lookup<'a>(
@@ -107,8 +109,9 @@ pub(crate) fn lookup<'a>(
     entries: &[(&str, &str)],
 ) -> Option<Matched<'a>> {
     let mut level = root;
-    let mut counter_key = escape(domain);
+    let mut counter_key = CounterKey::configured(domain);
     let mut metric_key = domain.to_owned();
+    let mut detailed = false;
     let mut found = None;
     for (i, (key, value)) in entries.iter().enumerate() {
         let node = level.find(key, value)?;
@@ -117,14 +120,12 @@ pub(crate) fn lookup<'a>(
         } else {
             value
         };
-        counter_key.push('|');
-        counter_key.push_str(&escape(key));
-        counter_key.push('=');
-        counter_key.push_str(&escape(counted_value));
+        counter_key.entry(key, counted_value);
         metric_key.push('.');
         metric_key.push_str(&node.key);
         let shown = match node.value.as_deref() {
             Some(_) if node.is_wildcard() && node.value_to_metric && !node.share_threshold => {
+                detailed = true;
                 Some(*value)
             }
             Some(configured) => Some(configured),
@@ -137,6 +138,7 @@ pub(crate) fn lookup<'a>(
         let last = i + 1 == entries.len();
         if last && let Some(limit) = &node.limit {
             if limit.detailed_metric && node.value.is_none() {
+                detailed = true;
                 metric_key.push('_');
                 metric_key.push_str(value);
             }
@@ -149,8 +151,8 @@ pub(crate) fn lookup<'a>(
     }
     found.map(|limit| Matched {
         limit,
-        counter_key,
-        metric_key,
+        counter_key: counter_key.finish(),
+        detailed_key: detailed.then_some(metric_key),
     })
 }
 
@@ -176,21 +178,4 @@ pub(crate) fn glob(pattern: &str, text: &str) -> bool {
         }
     }
     p[pi..].iter().all(|&c| c == b'*')
-}
-
-/// Escapes the characters that separate key components, and braces (Redis
-/// hash tags), so that any descriptor text makes a distinct, valid key.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '%' => out.push_str("%25"),
-            '|' => out.push_str("%7C"),
-            '=' => out.push_str("%3D"),
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            c => out.push(c),
-        }
-    }
-    out
 }

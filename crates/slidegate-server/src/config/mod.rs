@@ -155,6 +155,8 @@ pub struct Limit {
     pub detailed_metric: bool,
     /// envoyproxy/ratelimit's stats key: `domain.key_value.subkey`.
     pub full_key: String,
+    /// Its decision counters, made on first use.
+    pub counters: crate::metrics::LimitCounters,
 }
 
 /// Every domain's rules, ready to match requests against.
@@ -330,6 +332,7 @@ fn limit_of(
         quota_mode: spec.quota_mode,
         detailed_metric: spec.detailed_metric,
         full_key: full_key.to_owned(),
+        counters: Default::default(),
     })
 }
 

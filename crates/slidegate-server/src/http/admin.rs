@@ -1,4 +1,5 @@
-//! `DELETE /v1/keys/{key}`: forgetting a key, for operators.
+//! `DELETE /v1/keys/{key}`: forgetting an ad-hoc key, for operators; and
+//! the bearer token check it shares with `GET /v1/keys/{key}`.
 
 use axum::Json;
 use axum::extract::rejection::PathRejection;
@@ -10,8 +11,10 @@ use serde_json::json;
 use slidegate::Store;
 
 use super::{ApiError, AppState, ErrorCode};
+use crate::decision;
 
-/// Resets `key` under every rule, for a request with the admin bearer token.
+/// Resets the ad-hoc `key` under every rule, for a request with the admin
+/// bearer token.
 pub(super) async fn reset<S: Store>(
     State(state): State<AppState<S>>,
     headers: HeaderMap,
@@ -23,6 +26,24 @@ pub(super) async fn reset<S: Store>(
             "the admin API is disabled; start the server with --admin-token to enable it",
         ));
     };
+    if let Some(refused) = refusal(token, &headers) {
+        return Ok(refused);
+    }
+    let Path(key) = key.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidKey,
+            format!("the key in the path is not valid: {e}"),
+        )
+    })?;
+    decision::reset(&*state.store, &key).await?;
+    tracing::info!(%key, "key reset by an admin");
+    Ok((StatusCode::OK, Json(json!({"reset": key}))).into_response())
+}
+
+/// Checks `Authorization: Bearer TOKEN` against `token`: `None` when it
+/// matches, otherwise the answer to give instead (401 without the header,
+/// 403 when wrong).
+pub(super) fn refusal(token: &str, headers: &HeaderMap) -> Option<Response> {
     let given = headers
         .get(AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -37,20 +58,12 @@ pub(super) async fn reset<S: Store>(
         response
             .headers_mut()
             .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        return Ok(response);
+        return Some(response);
     };
     if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
-        return Err(ApiError::new(ErrorCode::Forbidden, "wrong admin token"));
+        return Some(ApiError::new(ErrorCode::Forbidden, "wrong admin token").into_response());
     }
-    let Path(key) = key.map_err(|e| {
-        ApiError::new(
-            ErrorCode::InvalidKey,
-            format!("the key in the path is not valid: {e}"),
-        )
-    })?;
-    state.store.reset(&key).await?;
-    tracing::info!(%key, "key reset by an admin");
-    Ok((StatusCode::OK, Json(json!({"reset": key}))).into_response())
+    None
 }
 
 /// Equal, taking the same time wherever the first difference is (the

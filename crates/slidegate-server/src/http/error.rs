@@ -25,12 +25,15 @@ pub enum ErrorCode {
     DuplicateField,
     /// Fields that cannot be used together (`rules` with `limit`/`window_ms`).
     ConflictingFields,
-    /// The key is not a string, empty, longer than 1024 bytes, or has braces
-    /// that do not form a `{hash tag}`.
+    /// The key is not a string, is empty, or has braces that do not form a
+    /// `{hash tag}`. (A long key is not an error: it is counted under its
+    /// digest.)
     InvalidKey,
-    /// The limit is not a whole number from 1 to 10^12.
+    /// The limit is not a whole number from 1 to `--max-adhoc-limit`
+    /// (1,000,000 by default).
     InvalidLimit,
-    /// The window is not a whole number of milliseconds from 1 ms to 10 years.
+    /// The window is not a whole number of milliseconds from 1 ms to
+    /// `--max-adhoc-window` (1 day by default).
     InvalidWindow,
     /// The cost is not a whole number from 0 to 2^64-1.
     InvalidCost,

@@ -12,6 +12,7 @@ use slidegate::{Algorithm, Rate, Rule};
 
 use super::error::{ApiError, ErrorCode};
 use super::json::Node;
+use crate::bounds::Bounds;
 
 /// The most rules one request may carry.
 pub const MAX_RULES: usize = 16;
@@ -19,7 +20,8 @@ pub const MAX_RULES: usize = 16;
 /// A parsed `POST /v1/acquire`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AcquireRequest {
-    /// The key to decide for. The store checks it (length, braces).
+    /// The key to decide for, as the client wrote it: an ad-hoc key (see
+    /// [`keyspace::adhoc_key`](crate::keyspace::adhoc_key)), of any length.
     pub key: String,
     /// One rule, or several decided all-or-nothing. Never empty.
     pub rules: Vec<Rule>,
@@ -44,8 +46,9 @@ const PEEK_PARAMS: [&str; 3] = ["limit", "window_ms", "algorithm"];
 /// `{"key":"k","limit":100,"window_ms":60000,"cost":1,"algorithm":"sliding_log"}`,
 /// or `{"key":"k","rules":[{"limit":..,"window_ms":..,"algorithm":..},..],"cost":1}`.
 /// A top-level `algorithm` is the default of rules that name none. `null`
-/// stands for an absent optional field.
-pub fn parse_acquire(body: &[u8]) -> Result<AcquireRequest, ApiError> {
+/// stands for an absent optional field. Limits and windows are ad-hoc:
+/// at most `bounds.max_adhoc_limit` and `bounds.max_adhoc_window`.
+pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
     let members = parse_object(body)?;
     let [key, limit, window_ms, cost, algorithm, rules] = pick(members, &ACQUIRE_FIELDS, "")?;
     let key = match key {
@@ -60,14 +63,14 @@ pub fn parse_acquire(body: &[u8]) -> Result<AcquireRequest, ApiError> {
     };
     let algorithm = parse_algorithm(algorithm)?;
     let rules = match (rules, limit, window_ms) {
-        (Some(rules), None, None) => parse_rules(rules, algorithm)?,
+        (Some(rules), None, None) => parse_rules(rules, algorithm, bounds)?,
         (Some(_), _, _) => {
             return Err(ApiError::new(
                 ErrorCode::ConflictingFields,
                 "give either \"rules\" or \"limit\" and \"window_ms\", not both",
             ));
         }
-        (None, limit, window_ms) => vec![parse_rule(limit, window_ms, algorithm)?],
+        (None, limit, window_ms) => vec![parse_rule(limit, window_ms, algorithm, bounds)?],
     };
     let cost = match cost {
         None | Some(Node::Null) => 1,
@@ -87,8 +90,12 @@ pub fn parse_acquire(body: &[u8]) -> Result<AcquireRequest, ApiError> {
 }
 
 /// Parses the query of `GET /v1/keys/{key}`: `limit`, `window_ms` and an
-/// optional `algorithm`, each at most once.
-pub fn parse_peek(key: String, query: Vec<(String, String)>) -> Result<PeekRequest, ApiError> {
+/// optional `algorithm`, each at most once, within the ad-hoc `bounds`.
+pub fn parse_peek(
+    key: String,
+    query: Vec<(String, String)>,
+    bounds: &Bounds,
+) -> Result<PeekRequest, ApiError> {
     let members = query
         .into_iter()
         .map(|(name, value)| (name, Node::String(value)))
@@ -103,7 +110,7 @@ pub fn parse_peek(key: String, query: Vec<(String, String)>) -> Result<PeekReque
         other => other,
     };
     let algorithm = parse_algorithm(algorithm)?;
-    let rule = parse_rule(number(limit), number(window_ms), algorithm)?;
+    let rule = parse_rule(number(limit), number(window_ms), algorithm, bounds)?;
     Ok(PeekRequest { key, rule })
 }
 
@@ -152,7 +159,7 @@ fn pick<const N: usize>(
     Ok(fields)
 }
 
-fn parse_rules(rules: Node, default: Algorithm) -> Result<Vec<Rule>, ApiError> {
+fn parse_rules(rules: Node, default: Algorithm, bounds: &Bounds) -> Result<Vec<Rule>, ApiError> {
     let items = match rules {
         Node::Array(items) if !items.is_empty() && items.len() <= MAX_RULES => items,
         Node::Array(items) => {
@@ -191,7 +198,7 @@ fn parse_rules(rules: Node, default: Algorithm) -> Result<Vec<Rule>, ApiError> {
             None | Some(Node::Null) => default,
             some => parse_algorithm(some).map_err(|e| e.at(&place))?,
         };
-        let rule = parse_rule(limit, window_ms, algorithm).map_err(|e| e.at(&place))?;
+        let rule = parse_rule(limit, window_ms, algorithm, bounds).map_err(|e| e.at(&place))?;
         if let Some(j) = rules.iter().position(|r| *r == rule) {
             return Err(ApiError::new(
                 ErrorCode::InvalidRules,
@@ -207,13 +214,15 @@ fn parse_rule(
     limit: Option<Node>,
     window_ms: Option<Node>,
     algorithm: Algorithm,
+    bounds: &Bounds,
 ) -> Result<Rule, ApiError> {
+    let max_limit = bounds.max_adhoc_limit.min(Rate::MAX_LIMIT);
+    let max_window = bounds.max_adhoc_window.min(Rate::MAX_WINDOW);
     let limit_error = |got: &str| {
         ApiError::new(
             ErrorCode::InvalidLimit,
             format!(
-                "\"limit\" must be a whole number from 1 to {}, got {got}",
-                Rate::MAX_LIMIT
+                "\"limit\" must be a whole number from 1 to {max_limit} (--max-adhoc-limit), got {got}"
             ),
         )
     };
@@ -221,19 +230,19 @@ fn parse_rule(
         ApiError::new(
             ErrorCode::InvalidWindow,
             format!(
-                "\"window_ms\" must be a whole number of milliseconds from {} to {} (10 years), got {got}",
+                "\"window_ms\" must be a whole number of milliseconds from {} to {} (--max-adhoc-window), got {got}",
                 Rate::MIN_WINDOW.as_millis(),
-                Rate::MAX_WINDOW.as_millis()
+                max_window.as_millis()
             ),
         )
     };
     let limit = match limit {
-        Some(Node::Unsigned(limit)) => limit,
+        Some(Node::Unsigned(limit)) if (1..=max_limit).contains(&limit) => limit,
         Some(other) => return Err(limit_error(&other.brief())),
         None => return Err(missing("limit")),
     };
     let window_ms = match window_ms {
-        Some(Node::Unsigned(ms)) => ms,
+        Some(Node::Unsigned(ms)) if ms >= 1 && u128::from(ms) <= max_window.as_millis() => ms,
         Some(other) => return Err(window_error(&other.brief())),
         None => return Err(missing("window_ms")),
     };
@@ -287,7 +296,7 @@ mod tests {
     use super::*;
 
     fn code(body: &str) -> ErrorCode {
-        match parse_acquire(body.as_bytes()) {
+        match parse_acquire(body.as_bytes(), &Bounds::default()) {
             Ok(request) => panic!("{body} was accepted: {request:?}"),
             Err(error) => error.code(),
         }
@@ -295,7 +304,11 @@ mod tests {
 
     #[test]
     fn a_single_rule_request_parses_with_defaults() {
-        let request = parse_acquire(br#"{"key":"login:1","limit":100,"window_ms":60000}"#).unwrap();
+        let request = parse_acquire(
+            br#"{"key":"login:1","limit":100,"window_ms":60000}"#,
+            &Bounds::default(),
+        )
+        .unwrap();
         assert_eq!(request.key, "login:1");
         assert_eq!(request.cost, 1);
         assert_eq!(request.rules, vec![Rule::parse("100/1m").unwrap()]);
@@ -307,6 +320,7 @@ mod tests {
             br#"{"key":"k","algorithm":"gcra","cost":0,"rules":[
                 {"limit":10,"window_ms":1000},
                 {"limit":1000,"window_ms":3600000,"algorithm":"sliding_log"}]}"#,
+            &Bounds::default(),
         )
         .unwrap();
         assert_eq!(request.cost, 0);
@@ -379,6 +393,7 @@ mod tests {
     fn messages_name_the_rule_at_fault() {
         let error = parse_acquire(
             br#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":0,"window_ms":1}]}"#,
+            &Bounds::default(),
         )
         .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidLimit);
@@ -400,6 +415,7 @@ mod tests {
         let request = parse_peek(
             "k".into(),
             query(&[("limit", "5"), ("window_ms", "250"), ("algorithm", "gcra")]),
+            &Bounds::default(),
         )
         .unwrap();
         assert_eq!(
@@ -408,8 +424,11 @@ mod tests {
                 .unwrap()
                 .with_algorithm(Algorithm::Gcra)
         );
-        let code =
-            |pairs: &[(&str, &str)]| parse_peek("k".into(), query(pairs)).unwrap_err().code();
+        let code = |pairs: &[(&str, &str)]| {
+            parse_peek("k".into(), query(pairs), &Bounds::default())
+                .unwrap_err()
+                .code()
+        };
         assert_eq!(code(&[("limit", "5")]), ErrorCode::MissingField);
         assert_eq!(
             code(&[("limit", "+5"), ("window_ms", "1")]),
@@ -431,5 +450,44 @@ mod tests {
             code(&[("limit", "5"), ("window_ms", "1"), ("cost", "1")]),
             ErrorCode::UnknownField
         );
+    }
+
+    #[test]
+    fn adhoc_limits_and_windows_are_bounded_by_their_flags() {
+        let bounds = Bounds {
+            max_adhoc_limit: 100,
+            max_adhoc_window: Duration::from_secs(60),
+            ..Bounds::default()
+        };
+        let parse = |body: &str| parse_acquire(body.as_bytes(), &bounds);
+        assert!(parse(r#"{"key":"k","limit":100,"window_ms":60000}"#).is_ok());
+        let limit = parse(r#"{"key":"k","limit":101,"window_ms":1000}"#).unwrap_err();
+        assert_eq!(limit.code(), ErrorCode::InvalidLimit);
+        assert!(limit.message().contains("--max-adhoc-limit"), "{limit}");
+        let window = parse(r#"{"key":"k","limit":1,"window_ms":60001}"#).unwrap_err();
+        assert_eq!(window.code(), ErrorCode::InvalidWindow);
+        assert!(window.message().contains("--max-adhoc-window"), "{window}");
+        let in_rules = parse(
+            r#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":1000,"window_ms":1}]}"#,
+        )
+        .unwrap_err();
+        assert!(in_rules.message().starts_with("rules[1]: "), "{in_rules}");
+        let peek = parse_peek(
+            "k".into(),
+            vec![
+                ("limit".into(), "1".into()),
+                ("window_ms".into(), "86400000".into()),
+            ],
+            &bounds,
+        );
+        assert_eq!(peek.unwrap_err().code(), ErrorCode::InvalidWindow);
+    }
+
+    #[test]
+    fn the_default_bounds_are_one_million_per_day() {
+        let parse = |body: &str| parse_acquire(body.as_bytes(), &Bounds::default());
+        assert!(parse(r#"{"key":"k","limit":1000000,"window_ms":86400000}"#).is_ok());
+        assert!(parse(r#"{"key":"k","limit":1000000000000,"window_ms":1000}"#).is_err());
+        assert!(parse(r#"{"key":"k","limit":1,"window_ms":315360000000}"#).is_err());
     }
 }

@@ -8,12 +8,18 @@
 //! and quota-mode limits are counted when the request passes and they have
 //! room, and never deny it.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use slidegate::{Decision, Hit, Rate, Rule, Store};
 
 use crate::config::{Enforcement, Limit, RateLimitConfig, Unit};
+use crate::keyspace::CounterKey;
+
+/// `limitRemaining` of a descriptor under an `unlimited: true` limit, as
+/// envoyproxy/ratelimit answers it: the largest `uint32`.
+pub const UNLIMITED_REMAINING: u64 = u32::MAX as u64;
 
 /// One request: a domain and its descriptors.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -86,6 +92,20 @@ pub enum Outcome {
     QuotaExceeded,
 }
 
+/// What one descriptor's decision is counted under in the metrics.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MetricName {
+    /// No limit matched (or one was replaced).
+    NoLimit,
+    /// A configured limit: named by its configured stats key.
+    Configured(Arc<Limit>),
+    /// A configured limit with `detailed_metric` or `value_to_metric`:
+    /// envoyproxy/ratelimit's stats key with the request's values in it.
+    Detailed(Arc<Limit>, String),
+    /// A limit override sent with the request.
+    Override,
+}
+
 /// The answer to a request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckResponse {
@@ -93,8 +113,10 @@ pub struct CheckResponse {
     pub overall: Code,
     /// One status per descriptor, in order.
     pub statuses: Vec<DescriptorStatus>,
-    /// Per descriptor: what happened and the metrics name of its limit.
-    pub outcomes: Vec<(Outcome, Option<String>)>,
+    /// Per descriptor: what happened and what it is counted under.
+    pub outcomes: Vec<(Outcome, MetricName)>,
+    /// The request's domain is configured.
+    pub known_domain: bool,
     /// Indices of descriptors over a quota-mode limit.
     pub quota_violations: Vec<usize>,
     /// True when some limit is in quota mode.
@@ -115,8 +137,11 @@ pub enum CheckError {
     /// A descriptor without entries.
     #[error("descriptor {0} has no entries")]
     EmptyDescriptor(usize),
-    /// An override with a zero or unknown unit.
-    #[error("descriptor {0}: the limit override needs requests_per_unit > 0 and a known unit")]
+    /// An override whose rate is out of range.
+    #[error(
+        "descriptor {0}: the limit override's requests_per_unit must be at most {max}",
+        max = Rate::MAX_LIMIT
+    )]
     BadOverride(usize),
     /// The store refused the decision (bad input) or failed.
     #[error(transparent)]
@@ -127,7 +152,7 @@ pub enum CheckError {
 struct Planned {
     limit: Arc<Limit>,
     key: String,
-    metric: String,
+    metric: MetricName,
     cost: u64,
     /// The cost (with the costs of earlier descriptors on the same counter)
     /// exceeds the limit: over the limit whatever the state.
@@ -207,7 +232,9 @@ pub async fn check<S: Store>(
         };
         decisions[i] = Some(store.acquire(hit.key, &[hit.rule], hit.cost).await?);
     }
-    Ok(respond(&plans, &decisions))
+    let mut response = respond(&plans, &decisions);
+    response.known_domain = config.has_domain(&request.domain);
+    Ok(response)
 }
 
 /// Decides `hits` in groups that share a store slot, each group all or
@@ -247,83 +274,99 @@ fn plan(
     descriptor: &DescriptorRequest,
     cost: u64,
 ) -> Result<Option<Planned>, CheckError> {
+    if let Some((requests_per_unit, unit)) = descriptor.limit_override {
+        // As in envoyproxy/ratelimit, an override applies only in a
+        // configured domain: a client cannot make counters (and store
+        // keys) in domains of its own invention.
+        if !config.has_domain(domain) {
+            return Ok(None);
+        }
+        return plan_override(domain, index, descriptor, requests_per_unit, unit, cost).map(Some);
+    }
     let entries: Vec<(&str, &str)> = descriptor
         .entries
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    if let Some((requests_per_unit, unit)) = descriptor.limit_override {
-        let rate = Rate::new(requests_per_unit, unit.duration())
-            .map_err(|_| CheckError::BadOverride(index))?;
-        let full_key = std::iter::once(domain.to_owned())
-            .chain(entries.iter().map(|(k, v)| format!("{k}_{v}")))
-            .collect::<Vec<_>>()
-            .join(".");
-        let limit = Limit {
-            enforcement: Enforcement::Rule(Rule::new(rate)),
-            requests_per_unit,
-            unit,
-            name: None,
-            replaces: Vec::new(),
-            shadow_mode: false,
-            quota_mode: false,
-            detailed_metric: false,
-            full_key: full_key.clone(),
-        };
-        let key = format!(
-            "{}|override|{requests_per_unit}/{}",
-            override_key(domain, &entries),
-            unit.duration().as_millis()
-        );
-        return Ok(Some(Planned {
-            limit: Arc::new(limit),
-            key,
-            metric: full_key,
-            cost,
-            too_costly: false,
-        }));
-    }
     Ok(config.lookup(domain, &entries).map(|m| Planned {
         limit: Arc::clone(m.limit),
         key: m.counter_key,
-        metric: m.metric_key,
+        metric: match m.detailed_key {
+            Some(key) => MetricName::Detailed(Arc::clone(m.limit), key),
+            None => MetricName::Configured(Arc::clone(m.limit)),
+        },
         cost,
         too_costly: false,
     }))
 }
 
-fn override_key(domain: &str, entries: &[(&str, &str)]) -> String {
-    let escape = |s: &str| {
-        s.replace('%', "%25")
-            .replace('|', "%7C")
-            .replace('=', "%3D")
-            .replace('{', "%7B")
-            .replace('}', "%7D")
+/// A limit sent by Envoy in place of the config's, with a counter of its
+/// own. As in envoyproxy/ratelimit, `requests_per_unit: 0` is a limit that
+/// nothing passes.
+fn plan_override(
+    domain: &str,
+    index: usize,
+    descriptor: &DescriptorRequest,
+    requests_per_unit: u64,
+    unit: Unit,
+    cost: u64,
+) -> Result<Planned, CheckError> {
+    let window = unit.duration();
+    let enforcement = if requests_per_unit == 0 {
+        Enforcement::Blocked
+    } else {
+        let rate =
+            Rate::new(requests_per_unit, window).map_err(|_| CheckError::BadOverride(index))?;
+        Enforcement::Rule(Rule::new(rate))
     };
-    let mut key = escape(domain);
-    for (k, v) in entries {
-        key.push('|');
-        key.push_str(&escape(k));
-        key.push('=');
-        key.push_str(&escape(v));
+    let mut key = CounterKey::overridden(domain);
+    for (k, v) in &descriptor.entries {
+        key.entry(k, v);
     }
-    key
+    key.rate(requests_per_unit, window.as_millis());
+    let limit = Limit {
+        enforcement,
+        requests_per_unit,
+        unit,
+        name: None,
+        replaces: Vec::new(),
+        shadow_mode: false,
+        quota_mode: false,
+        detailed_metric: false,
+        // Overrides are counted as `override` in the metrics, never by name.
+        full_key: String::new(),
+        counters: Default::default(),
+    };
+    Ok(Planned {
+        limit: Arc::new(limit),
+        key: key.finish(),
+        metric: MetricName::Override,
+        cost,
+        too_costly: false,
+    })
 }
 
 /// envoyproxy/ratelimit's `replaces`: a limit named by another matched
 /// limit's `replaces` is not applied.
 fn drop_replaced(plans: &mut [Option<Planned>]) {
-    let replaced: Vec<String> = plans
+    let replaced: HashSet<&str> = plans
         .iter()
         .flatten()
-        .flat_map(|p| p.limit.replaces.iter().cloned())
+        .flat_map(|p| p.limit.replaces.iter().map(String::as_str))
         .collect();
-    for plan in plans.iter_mut() {
-        if plan
-            .as_ref()
-            .and_then(|p| p.limit.name.as_ref())
-            .is_some_and(|n| replaced.contains(n))
-        {
+    if replaced.is_empty() {
+        return;
+    }
+    let dropped: Vec<bool> = plans
+        .iter()
+        .map(|plan| {
+            plan.as_ref()
+                .and_then(|p| p.limit.name.as_deref())
+                .is_some_and(|n| replaced.contains(n))
+        })
+        .collect();
+    for (plan, dropped) in plans.iter_mut().zip(dropped) {
+        if dropped {
             *plan = None;
         }
     }
@@ -332,19 +375,21 @@ fn drop_replaced(plans: &mut [Option<Planned>]) {
 /// Marks descriptors whose cost, added to earlier ones on the same counter
 /// and rule, exceeds the limit.
 fn mark_too_costly(plans: &mut [Option<Planned>]) {
-    for i in 0..plans.len() {
-        let Some(p) = plans[i].as_ref() else { continue };
-        let Enforcement::Rule(rule) = p.limit.enforcement else {
-            continue;
-        };
-        let before: u64 = plans[..i]
-            .iter()
-            .flatten()
-            .filter(|q| q.key == p.key && q.limit.enforcement == p.limit.enforcement)
-            .map(|q| q.cost)
-            .sum();
-        let too_costly = before.saturating_add(p.cost) > rule.limit();
-        if let Some(p) = plans[i].as_mut() {
+    let mut before: HashMap<(&str, Rule), u64> = HashMap::with_capacity(plans.len());
+    let too_costly: Vec<bool> = plans
+        .iter()
+        .map(|plan| {
+            let Some(p) = plan else { return false };
+            let Enforcement::Rule(rule) = p.limit.enforcement else {
+                return false;
+            };
+            let sum = before.entry((p.key.as_str(), rule)).or_insert(0);
+            *sum = sum.saturating_add(p.cost);
+            *sum > rule.limit()
+        })
+        .collect();
+    for (plan, too_costly) in plans.iter_mut().zip(too_costly) {
+        if let Some(p) = plan {
             p.too_costly = too_costly;
         }
     }
@@ -378,6 +423,7 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
         outcomes: Vec::with_capacity(plans.len()),
         quota_violations: Vec::new(),
         quota_mode: false,
+        known_domain: false,
         degraded: decisions.iter().flatten().any(Decision::degraded),
     };
     for (i, (plan, decision)) in plans.iter().zip(decisions).enumerate() {
@@ -388,7 +434,9 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
                 limit_remaining: 0,
                 duration_until_reset: Duration::ZERO,
             });
-            response.outcomes.push((Outcome::Unlimited, None));
+            response
+                .outcomes
+                .push((Outcome::Unlimited, MetricName::NoLimit));
             continue;
         };
         let limit = &plan.limit;
@@ -399,7 +447,7 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
             unit: limit.unit,
         });
         let (over, remaining, wait) = match (limit.enforcement, decision) {
-            (Enforcement::Unlimited, _) => (false, 0, Duration::ZERO),
+            (Enforcement::Unlimited, _) => (false, UNLIMITED_REMAINING, Duration::ZERO),
             (Enforcement::Blocked, _) => (true, 0, limit.unit.duration()),
             // No wait lets this cost pass: report the whole window.
             (Enforcement::Rule(_), Some(d)) if plan.too_costly => {
@@ -444,7 +492,7 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
             limit_remaining: remaining,
             duration_until_reset: wait,
         });
-        response.outcomes.push((outcome, Some(plan.metric.clone())));
+        response.outcomes.push((outcome, plan.metric.clone()));
     }
     response
 }

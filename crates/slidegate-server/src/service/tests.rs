@@ -204,12 +204,16 @@ async fn limit_override_from_envoy_replaces_the_config() {
     let req = request("rl", vec![d]);
     assert_eq!(check(&c, &s, &req).await.unwrap().overall, Code::Ok);
     assert_eq!(check(&c, &s, &req).await.unwrap().overall, Code::OverLimit);
-    let mut bad = descriptor(&[("anything", "x")]);
-    bad.limit_override = Some((0, Unit::Hour));
-    assert_eq!(
-        check(&c, &s, &request("rl", vec![bad])).await,
-        Err(CheckError::BadOverride(0))
-    );
+}
+
+#[tokio::test]
+async fn an_override_of_zero_requests_lets_nothing_pass() {
+    let (c, s) = (example(), MemoryStore::new());
+    let mut zero = descriptor(&[("anything", "x")]);
+    zero.limit_override = Some((0, Unit::Hour));
+    let r = check(&c, &s, &request("rl", vec![zero])).await.unwrap();
+    assert_eq!(r.overall, Code::OverLimit);
+    assert_eq!(r.outcomes[0].1, MetricName::Override);
 }
 
 #[tokio::test]
@@ -227,4 +231,124 @@ async fn empty_requests_are_client_errors() {
         check(&c, &s, &request("rl", vec![descriptor(&[])])).await,
         Err(CheckError::EmptyDescriptor(0))
     );
+}
+
+/// The config: a per-IP limit and a per-path limit in one request.
+fn ip_and_path() -> RateLimitConfig {
+    config(
+        "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",
+    )
+}
+
+#[tokio::test]
+async fn a_long_value_is_counted_under_its_digest_and_every_limit_still_applies() {
+    let (c, s) = (ip_and_path(), MemoryStore::new());
+    let path = "/".repeat(1_100);
+    let req = request(
+        "api",
+        vec![
+            descriptor(&[("remote_address", "10.9.9.9")]),
+            descriptor(&[("path", &path)]),
+        ],
+    );
+    for left in (0..5).rev() {
+        let r = check(&c, &s, &req).await.unwrap();
+        assert_eq!(r.overall, Code::Ok);
+        assert_eq!(r.statuses[0].limit_remaining, left);
+    }
+    let sixth = check(&c, &s, &req).await.unwrap();
+    assert_eq!(codes(&sixth), [Code::OverLimit, Code::Ok]);
+    // Another long value has a counter of its own.
+    let other = "/".repeat(1_101);
+    let r = check(
+        &c,
+        &s,
+        &request("api", vec![descriptor(&[("path", &other)])]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 99);
+}
+
+#[tokio::test]
+async fn a_long_value_in_an_override_is_counted_too() {
+    let (c, s) = (ip_and_path(), MemoryStore::new());
+    let mut d = descriptor(&[("path", &"p".repeat(100_000))]);
+    d.limit_override = Some((1, Unit::Minute));
+    let req = request("api", vec![d]);
+    assert_eq!(check(&c, &s, &req).await.unwrap().overall, Code::Ok);
+    assert_eq!(check(&c, &s, &req).await.unwrap().overall, Code::OverLimit);
+}
+
+#[tokio::test]
+async fn unlimited_reports_the_largest_uint32_remaining_and_no_limit() {
+    let (c, s) = (example(), MemoryStore::new());
+    let r = check(&c, &s, &request("rl", vec![descriptor(&[("qux", "x")])]))
+        .await
+        .unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 4_294_967_295);
+    assert_eq!(r.statuses[0].current_limit, None);
+    // A descriptor that matches nothing reports 0, as envoyproxy/ratelimit does.
+    let r = check(
+        &c,
+        &s,
+        &request("rl", vec![descriptor(&[("nothing", "x")])]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+}
+
+#[tokio::test]
+async fn descriptors_on_one_counter_add_up_against_its_limit() {
+    let (c, s) = (example(), MemoryStore::new());
+    let foo = || descriptor(&[("foo", "same")]);
+    let r = check(&c, &s, &request("rl", vec![foo(), foo(), foo()]))
+        .await
+        .unwrap();
+    // foo is 2/min: the third hit can never pass, so nothing is counted.
+    assert_eq!(codes(&r), [Code::Ok, Code::Ok, Code::OverLimit]);
+    let alone = check(&c, &s, &request("rl", vec![foo()])).await.unwrap();
+    assert_eq!(alone.statuses[0].limit_remaining, 1);
+}
+
+#[tokio::test]
+async fn metric_names_come_from_the_config_or_a_fixed_set() {
+    let (c, s) = (example(), MemoryStore::new());
+    let r = check(
+        &c,
+        &s,
+        &request(
+            "rl",
+            vec![
+                descriptor(&[("foo", "x")]),
+                descriptor(&[("unspec", "v")]),
+                descriptor(&[("nothing", "x")]),
+            ],
+        ),
+    )
+    .await
+    .unwrap();
+    assert!(r.known_domain);
+    assert!(matches!(&r.outcomes[0].1, MetricName::Configured(l) if l.full_key == "rl.foo"));
+    assert!(matches!(&r.outcomes[1].1, MetricName::Detailed(_, key) if key == "rl.unspec_v"));
+    assert_eq!(r.outcomes[2].1, MetricName::NoLimit);
+    let unknown = check(&c, &s, &request("nope", vec![descriptor(&[("foo", "x")])]))
+        .await
+        .unwrap();
+    assert!(!unknown.known_domain);
+}
+
+#[tokio::test]
+async fn an_override_in_a_domain_not_configured_applies_no_limit() {
+    let (c, s) = (example(), MemoryStore::new());
+    let mut d = descriptor(&[("anything", "x")]);
+    d.limit_override = Some((1, Unit::Hour));
+    let req = request("invented", vec![d]);
+    for _ in 0..3 {
+        let r = check(&c, &s, &req).await.unwrap();
+        assert_eq!(r.overall, Code::Ok);
+        assert_eq!(r.statuses[0].current_limit, None);
+    }
+    assert!(s.is_empty(), "no counter was created");
 }

@@ -1,0 +1,49 @@
+//! Any bytes as the body of a gRPC `ShouldRateLimit`: decoded as Envoy's
+//! `RateLimitRequest`, translated within the default bounds, and decided
+//! against a small config on a memory store. An answer (one status per
+//! descriptor) or a typed error, never a panic.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use libfuzzer_sys::fuzz_target;
+use prost::Message;
+use slidegate::MemoryStore;
+use slidegate_server::bounds::Bounds;
+use slidegate_server::config::{LoadOptions, RateLimitConfig};
+use slidegate_server::{grpc, service};
+
+/// Every kind of limit: per value, wildcard, shared, nested, replaced,
+/// shadow, quota, detailed, unlimited, blocked.
+const RULES: &str = include_str!("grpc_request.yaml");
+
+fn config() -> &'static RateLimitConfig {
+    static CONFIG: OnceLock<RateLimitConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        let sources = [("fuzz.yaml".to_owned(), RULES.to_owned())];
+        RateLimitConfig::from_sources(&sources, LoadOptions::default()).expect("the rules load")
+    })
+}
+
+fn store() -> &'static MemoryStore {
+    static STORE: OnceLock<MemoryStore> = OnceLock::new();
+    STORE.get_or_init(|| MemoryStore::builder().max_keys(10_000).build())
+}
+
+thread_local! {
+    static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a runtime");
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(request) = RateLimitRequest::decode(data) else { return };
+    let Ok(request) = grpc::from_proto(request, &Bounds::default()) else { return };
+    let answer = RUNTIME.with(|rt| rt.block_on(service::check(config(), store(), &request)));
+    if let Ok(response) = answer {
+        assert_eq!(response.statuses.len(), request.descriptors.len());
+        let _ = grpc::to_proto(&response);
+    }
+});
