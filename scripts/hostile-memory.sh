@@ -2,16 +2,17 @@
 # The memory figures of docs/RELIABILITY.md, "Hostile clients", measured on
 # the release binary with `slidegate serve --store memory`:
 #
-#   1. Rules flood: `slidegate bench` on one key (bench:0, one rule) for
-#      BENCH seconds, then FLOOD requests to POST /v1/acquire, each with 16
-#      new rules (10-year windows) on that same key, then the bench again
-#      with a rule the key takes on after the flood.
-#      Prints the server's VmRSS before and after the flood, the answers to
-#      the flood, and the bench's latency on the key before and after.
+#   1. Rules flood: `slidegate bench` on one key (bench:0) under a rule of
+#      an hour for BENCH seconds, then FLOOD requests to POST /v1/acquire,
+#      each with 16 new rules (10-year windows) on that same key, then the
+#      bench again: on the rule held since before the flood, and on a new
+#      rule. Prints the answers to the flood and the median latency of its
+#      last 1,000 requests, the server's VmRSS before and after, and the
+#      bench figures.
 #   2. Admission flood: ADMISSIONS requests, each 16 admissions under huge
 #      limits (10^12) and 10-year windows, over 4 keys, at a server started
-#      with --max-memory-bytes SMALL_BUDGET. Prints VmRSS before, after
-#      half, and after all of them, and the answers.
+#      with --max-memory-bytes SMALL_BUDGET, in four rounds. Prints the
+#      answers and VmRSS after each round.
 #
 # Usage: scripts/hostile-memory.sh         (builds the release binary first)
 #   BENCH=3 FLOOD=10000 ADMISSIONS=100000 SMALL_BUDGET=16777216
@@ -98,32 +99,36 @@ requests() {
       printf "url = \"%s\"\nheader = \"content-type: application/json\"\n", url
       # Unquoted: the JSON has no spaces, and quotes need no escaping.
       printf "data = {\"key\":\"%s\",\"rules\":[%s]}\n", key, rules
-      printf "output = \"/dev/null\"\nwrite-out = \"%%{http_code}\\n\"\n"
+      printf "output = \"/dev/null\"\nwrite-out = \"%%{http_code} %%{time_total}\\n\"\n"
       if (r + 1 < n) print "next"
     }
   }' >"$1"
 }
 
-answers() { # answers CONFIG: sends it, prints "N x STATUS" per status
-  curl -s -K "$1" | sort | uniq -c | awk '{ printf "%s x %s  ", $1, $2 } END { print "" }'
+answers() { # answers CONFIG: sends it; prints "N x STATUS" per status and
+  # the median time of the last 1,000 requests
+  curl -s -K "$1" >"$work/answers"
+  awk '{ print $1 }' "$work/answers" | sort | uniq -c | awk '{ printf "%s x %s, ", $1, $2 }'
+  tail -n 1000 "$work/answers" | awk '{ print $2 * 1000 }' | sort -n |
+    awk '{ t[NR] = $1 } END { printf "median of the last %d: %.2f ms\n", NR, t[int((NR + 1) / 2)] }'
 }
 
-bench_p50() { # bench_p50 RATE: one connection on bench:0
+bench() { # bench RATE: one connection on bench:0
   "$SLIDEGATE" bench --target "http://$HTTP" --keys 1 --concurrency 1 \
     --duration "${BENCH}s" --rate "$1" --json 2>/dev/null |
-    jq -r '"p50 \(.latency_us.p50) µs, p99 \(.latency_us.p99) µs, \(.per_second | floor) req/s"'
+    jq -r '"p50 \(.latency_us.p50) µs, p99 \(.latency_us.p99) µs, \(.per_second | floor) req/s, \(.allowed) allowed, \(.denied) denied, \(.errors) errors"'
 }
 
 echo "== 1. rules flood: $FLOOD requests of 16 new rules on one key"
 serve
-echo "bench on bench:0 before: $(bench_p50 1000000/1s)"
+echo "bench, rule held:      $(bench 1000000000/1h)"
 before=$(rss_mib)
 requests "$work/rules.curl" "$FLOOD" 1000 16 0
-echo "answers: $(answers "$work/rules.curl")"
+echo "flood answers: $(answers "$work/rules.curl")"
 after=$(rss_mib)
 echo "VmRSS: $before MiB before, $after MiB after the flood"
-# A rule the key takes on after the flood: found after the flood's.
-echo "bench on bench:0 after:  $(bench_p50 999999/1s)"
+echo "bench, rule held:      $(bench 1000000000/1h)"
+echo "bench, rule new:       $(bench 999999999/1h)"
 stop
 
 echo "== 2. admission flood: $ADMISSIONS requests of 16 admissions under 10^12/10y, 4 keys"
@@ -134,13 +139,10 @@ else
   serve --max-memory-bytes "$SMALL_BUDGET"
   echo "--max-memory-bytes $SMALL_BUDGET"
 fi
-half=$((ADMISSIONS / 2))
-requests "$work/admit1.curl" "$half" $((1000000000000 - 16)) 0 4
-requests "$work/admit2.curl" $((ADMISSIONS - half)) $((1000000000000 - 16)) 0 4
-before=$(rss_mib)
-echo "first half:  $(answers "$work/admit1.curl")"
-middle=$(rss_mib)
-echo "second half: $(answers "$work/admit2.curl")"
-after=$(rss_mib)
-echo "VmRSS: $before MiB before, $middle MiB after half, $after MiB after all"
+round=$((ADMISSIONS / 4))
+requests "$work/admit.curl" "$round" $((1000000000000 - 16)) 0 4
+echo "VmRSS $(rss_mib) MiB at start"
+for n in 1 2 3 4; do
+  echo "round $n: $(answers "$work/admit.curl") VmRSS $(rss_mib) MiB"
+done
 stop

@@ -101,7 +101,7 @@ fn batches_over_shared_keys_stay_exact_while_sweeping() {
 /// repeated several times in one batch.
 #[test]
 fn long_batches_with_repeated_keys_stay_exact_while_sweeping() {
-    shared_key_batches_stay_exact(12);
+    shared_key_batches_stay_exact(24);
 }
 
 /// Eight threads send batches of `len` hits over four shared keys, in

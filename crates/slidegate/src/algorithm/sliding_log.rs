@@ -69,6 +69,7 @@ impl SlidingLog {
     }
 
     /// Heap bytes held by the entries.
+    #[inline]
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
     }
@@ -135,11 +136,14 @@ impl SlidingLog {
     /// none unless it needs a new entry (not merged into the newest) and
     /// the buffer is full. Lets a store with a memory bound ask for them
     /// first ([`grow_for_record`](Self::grow_for_record)).
+    #[inline]
     pub(crate) fn record_growth(&self, now: u64) -> usize {
-        let t = self.effective_now(now);
-        let merges = !self.holds_nothing() && self.newest_at == t;
         let capacity = self.entries.capacity();
-        if merges || self.entries.len() < capacity {
+        if self.entries.len() < capacity {
+            return 0;
+        }
+        let merges = !self.holds_nothing() && self.newest_at == self.effective_now(now);
+        if merges {
             return 0;
         }
         (grown_capacity(capacity) - capacity) * std::mem::size_of::<Entry>()

@@ -20,7 +20,7 @@
 //!   holds at most one entry per distinct admission time inside its
 //!   window, so at most `L`, and never more than the byte bound.
 //! - **Batches** are linear in their length: keys and (key, rule) pairs
-//!   are indexed by hashing (by scanning, up to 8 hits), never by
+//!   are indexed by hashing (by scanning, up to 16 hits), never by
 //!   comparing every hit with every other.
 
 use std::borrow::Borrow;

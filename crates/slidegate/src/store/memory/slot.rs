@@ -12,10 +12,10 @@ use std::mem::size_of;
 use parking_lot::Mutex;
 
 use super::bounds::Bounds;
-use crate::algorithm::State;
+use crate::algorithm::{Meter, SlidingLog, State};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
-use crate::rate::Rule;
+use crate::rate::{Rate, Rule};
 
 /// What the map holds per key.
 #[derive(Debug, Default)]
@@ -273,7 +273,8 @@ impl KeyStates {
 }
 
 /// Check, then, if allowed, grow if need be and record: one rule's whole
-/// decision on a held state.
+/// decision on a held state. Only a sliding log holds heap, so only its
+/// bytes are followed (one dispatch on the algorithm, as before the bound).
 #[inline]
 fn decide_in(
     state: &mut State,
@@ -282,23 +283,58 @@ fn decide_in(
     cost: u64,
     bounds: &Bounds,
 ) -> Result<Decision> {
-    let before = state.heap_bytes();
-    let decision = state.check(rule.rate(), now, cost);
-    let mut charged = 0;
-    if decision.allowed() && cost > 0 {
-        let growth = state.record_growth(now);
-        if growth > 0 {
-            if let Err(full) = bounds.try_charge(growth) {
-                bounds.settle(before, 0, state.heap_bytes());
-                return Err(full);
-            }
-            state.grow_for_record();
-            charged = growth;
-        }
-        state.record(rule.rate(), now, cost);
+    match state {
+        State::SlidingLog(log) => decide_in_log(log, rule.rate(), now, cost, bounds),
+        other => Ok(other.decide(rule.rate(), now, cost)),
     }
-    bounds.settle(before, charged, state.heap_bytes());
+}
+
+#[inline]
+fn decide_in_log(
+    log: &mut SlidingLog,
+    rate: Rate,
+    now: u64,
+    cost: u64,
+    bounds: &Bounds,
+) -> Result<Decision> {
+    // A check may shrink a log whose entries expired.
+    let before = log.heap_bytes();
+    let decision = log.check(rate, now, cost);
+    if decision.allowed() && cost > 0 {
+        let growth = log.record_growth(now);
+        if growth > 0 {
+            return grow_and_record(log, rate, now, cost, bounds, before, growth)
+                .map(|()| decision);
+        }
+        log.record(rate, now, cost);
+    }
+    let after = log.heap_bytes();
+    if after != before {
+        bounds.settle(before, 0, after);
+    }
     Ok(decision)
+}
+
+/// The rest of [`decide_in_log`] when the log must grow to record: rare
+/// (the buffer doubles), so kept out of the common path.
+#[cold]
+fn grow_and_record(
+    log: &mut SlidingLog,
+    rate: Rate,
+    now: u64,
+    cost: u64,
+    bounds: &Bounds,
+    before: usize,
+    growth: usize,
+) -> Result<()> {
+    if let Err(full) = bounds.try_charge(growth) {
+        bounds.settle(before, 0, log.heap_bytes());
+        return Err(full);
+    }
+    log.grow_for_record();
+    log.record(rate, now, cost);
+    bounds.settle(before, growth, log.heap_bytes());
+    Ok(())
 }
 
 /// One hit of a batch, its key given as an index into the locked states.
@@ -311,7 +347,7 @@ pub(crate) struct LockedHit {
 
 /// Batches up to this many hits are indexed by scanning them: cheaper
 /// than a hash map at that size, and a bounded cost.
-pub(crate) const SCAN_UP_TO: usize = 8;
+pub(crate) const SCAN_UP_TO: usize = 16;
 
 /// The (key, rule) pairs of a batch, with the costs asked of each so far.
 struct Pairs<'a> {
