@@ -1053,6 +1053,31 @@ mod tests {
     }
 
     #[test]
+    fn a_denied_decision_keeps_the_state_its_check_moved_as_redis_does() {
+        use crate::{Algorithm, Rate};
+        let t0 = 1_763_800_000_000_000;
+        let clock = ManualClock::at(t0);
+        let s = store(&clock);
+        let fixed = Rule::new(Rate::new(10, Duration::from_micros(968_420)).unwrap())
+            .with_algorithm(Algorithm::FixedWindow);
+        let w = 2_709_207;
+        let counter = Rule::new(Rate::new(3, Duration::from_micros(w)).unwrap())
+            .with_algorithm(Algorithm::SlidingCounter);
+        s.acquire("k", &[fixed], 10).unwrap();
+        // Denied by the fixed window; the counter's window was rolled to t0's.
+        assert!(!s.acquire("k", &[fixed, counter], 1).unwrap().allowed());
+        let back = 3_676_405;
+        clock.set(t0 - back);
+        // The counter's window does not step back with the clock.
+        let d = s.acquire("k", &[counter], 3).unwrap();
+        let start = t0 - t0 % w;
+        assert_eq!(
+            d.reset_after(),
+            Duration::from_micros(start + 2 * w - (t0 - back))
+        );
+    }
+
+    #[test]
     fn the_background_sweeper_empties_the_store() {
         let clock = ManualClock::new();
         let s: MemoryStore<u64, _> = MemoryStore::builder()

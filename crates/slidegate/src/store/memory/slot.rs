@@ -93,13 +93,7 @@ impl KeyStates {
     /// (a missing state is seen as a fresh one and not kept).
     fn check(&mut self, rule: Rule, now: u64, cost: u64, bounds: &Bounds) -> Decision {
         match self.state_mut(rule) {
-            Some(state) => {
-                // A check may shrink a log whose entries expired.
-                let before = state.heap_bytes();
-                let decision = state.check(rule.rate(), now, cost);
-                bounds.settle(before, 0, state.heap_bytes());
-                decision
-            }
+            Some(state) => check_held(state, rule, now, cost, bounds),
             None => State::new(rule.algorithm()).check(rule.rate(), now, cost),
         }
     }
@@ -205,6 +199,24 @@ impl KeyStates {
         Ok(&mut idle.1)
     }
 
+    /// The state of `rule`, added if the key does not hold it; see
+    /// [`add`](Self::add) for `keep`.
+    fn state_or_add(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        bounds: &Bounds,
+        keep: impl Fn(Rule) -> bool,
+    ) -> Result<&mut State> {
+        match self.position(rule) {
+            Some(index) => match self.state_at(index) {
+                Some(state) => Ok(state),
+                None => unreachable!("position() returned an index that exists"),
+            },
+            None => self.add(rule, now, bounds, keep),
+        }
+    }
+
     /// Makes sure the state of `rule` exists and can record one admission
     /// at `now` without allocating; see [`add`](Self::add) for `keep`.
     fn make_room(
@@ -214,13 +226,7 @@ impl KeyStates {
         bounds: &Bounds,
         keep: impl Fn(Rule) -> bool,
     ) -> Result<()> {
-        let state = match self.position(rule) {
-            Some(index) => match self.state_at(index) {
-                Some(state) => state,
-                None => unreachable!("position() returned an index that exists"),
-            },
-            None => self.add(rule, now, bounds, keep)?,
-        };
+        let state = self.state_or_add(rule, now, bounds, keep)?;
         let growth = state.record_growth(now);
         if growth > 0 {
             let before = state.heap_bytes();
@@ -270,6 +276,15 @@ impl KeyStates {
     pub(crate) fn bytes(&self) -> usize {
         self.key_bytes + self.heap_bytes()
     }
+}
+
+/// What a request of `cost` would get from a held state, recording nothing.
+fn check_held(state: &mut State, rule: Rule, now: u64, cost: u64, bounds: &Bounds) -> Decision {
+    // A check may shrink a log whose entries expired.
+    let before = state.heap_bytes();
+    let decision = state.check(rule.rate(), now, cost);
+    bounds.settle(before, 0, state.heap_bytes());
+    decision
 }
 
 /// Check, then, if allowed, grow if need be and record: one rule's whole
@@ -393,9 +408,9 @@ impl<'a> Pairs<'a> {
 ///
 /// Hits on the same key and rule add up: each is checked with the costs of
 /// the ones before it included, so a batch can never take more than the
-/// limit between them. Room for every admission (new states, longer logs)
-/// is made before any is recorded, so a batch refused for want of room
-/// records nothing either. Linear in the number of hits.
+/// limit between them. Room for every admission (longer logs) is made
+/// before any is recorded, so a batch refused for want of room records
+/// nothing either. Linear in the number of hits.
 pub(crate) fn decide_all(
     keys: &mut [&mut KeyStates],
     hits: &[LockedHit],
@@ -414,11 +429,23 @@ pub(crate) fn decide_all(
         }
         asked.push(if hit.cost == 0 { 0 } else { total });
     }
-    let mut decisions: Vec<Decision> = hits
-        .iter()
-        .zip(&asked)
-        .map(|(hit, &cost)| keys[hit.key].check(hit.rule, now, cost, bounds))
-        .collect();
+    // A consuming hit's state is added before it is checked, even if the
+    // batch is then denied, as the Redis store does: a check may move a
+    // state's clock (a window rolled forward), which later decisions see
+    // when the clock steps back. A state the batch uses is never replaced
+    // to make room for another.
+    let pairs = &pairs;
+    let keep = |key: usize| move |rule: Rule| pairs.contains(key, rule);
+    let mut decisions = Vec::with_capacity(hits.len());
+    for (hit, &cost) in hits.iter().zip(&asked) {
+        let states = &mut *keys[hit.key];
+        decisions.push(if hit.cost > 0 {
+            let state = states.state_or_add(hit.rule, now, bounds, keep(hit.key))?;
+            check_held(state, hit.rule, now, cost, bounds)
+        } else {
+            states.check(hit.rule, now, cost, bounds)
+        });
+    }
     if !decisions.iter().all(Decision::allowed) {
         // Nothing is recorded: the hits that would have passed report the
         // state as it is.
@@ -431,8 +458,7 @@ pub(crate) fn decide_all(
     }
     let consuming = || hits.iter().filter(|h| h.cost > 0);
     for hit in consuming() {
-        // A state the batch uses is never replaced to make room for another.
-        keys[hit.key].make_room(hit.rule, now, bounds, |rule| pairs.contains(hit.key, rule))?;
+        keys[hit.key].make_room(hit.rule, now, bounds, keep(hit.key))?;
     }
     for hit in consuming() {
         keys[hit.key].record(hit.rule, now, hit.cost);
@@ -545,8 +571,10 @@ mod tests {
     #[test]
     fn a_batch_refused_for_room_records_nothing() {
         let (a, b) = (rule("100/1h"), rule("200/1h"));
-        // One log of 4 entries fits (64 bytes), two do not.
-        let bounds = Bounds::new(10, 100, 16);
+        // Both states fit (the second spills: a vector of 4), and one log
+        // of 4 entries (64 bytes), not two.
+        let spill = size_of::<Vec<RuleState>>() + 4 * size_of::<RuleState>();
+        let bounds = Bounds::new(10, spill + 64 + 32, 16);
         let mut key = KeyStates::default();
         let hits = [
             LockedHit {
@@ -564,6 +592,7 @@ mod tests {
             decide_all(&mut [&mut key], &hits, 0, &bounds),
             Err(bounds.bytes_error())
         );
+        assert_eq!(key.iter().count(), 2, "refused at the logs, not the states");
         assert_eq!(key.check(a, 0, 0, &bounds).remaining(), 100);
         assert_eq!(key.check(b, 0, 0, &bounds).remaining(), 200);
         assert_eq!(key.heap_bytes(), bounds.bytes());
