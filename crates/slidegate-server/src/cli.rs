@@ -223,9 +223,10 @@ pub struct StoreArgs {
     )]
     pub max_memory_bytes: usize,
 
-    /// Most distinct rules one key holds at once in the memory store (and
-    /// the local fallback), 1 to 256. A new rule on a key that holds this
-    /// many, none of them idle, is refused with 400 `too_many_rules`.
+    /// Most distinct rules one key holds at once in the memory store, 1 to
+    /// 256 (the Redis store's local fallback keeps 16). A new rule on a key
+    /// that holds this many, none of them idle, is refused with 400
+    /// `too_many_rules`.
     #[arg(
         long = "max-rules-per-key",
         value_name = "N",
