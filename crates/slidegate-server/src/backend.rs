@@ -129,7 +129,9 @@ pub enum Backend {
     Redis(ResilientStore<Instrumented<RedisStore>>),
 }
 
-/// The memory store, and what to answer when it is full.
+/// The memory store, and what to answer when it is full (of keys or of
+/// bytes). A key with too many rules is not "full": it is bad input, an
+/// error the API answers with 400.
 #[derive(Clone, Debug)]
 pub struct MemoryBackend {
     store: Instrumented<MemoryStore>,
@@ -152,7 +154,11 @@ impl Backend {
         match &args.url {
             StoreUrl::Memory => Ok(Backend::Memory(MemoryBackend {
                 store: Instrumented::new(
-                    MemoryStore::builder().max_keys(args.max_keys).build(),
+                    MemoryStore::builder()
+                        .max_keys(args.max_keys)
+                        .max_bytes(args.max_memory_bytes)
+                        .max_rules_per_key(usize::from(args.max_rules_per_key))
+                        .build(),
                     "memory",
                 ),
                 when_full: args.on_error,
@@ -174,6 +180,7 @@ impl Backend {
                     .policy(args.on_error)
                     .timeout(timeout)
                     .local_max_keys(args.max_keys)
+                    .local_max_bytes(args.max_memory_bytes)
                     .deny_cache((args.deny_cache_entries > 0).then_some(args.deny_cache_entries))
                     .build();
                 Ok(Backend::Redis(store))
@@ -296,6 +303,8 @@ mod tests {
             timeout_ms: 50,
             clock: crate::cli::ClockMode::Server,
             max_keys,
+            max_memory_bytes: 1 << 30,
+            max_rules_per_key: 2,
             deny_cache_entries: 0,
         }
     }
@@ -316,6 +325,37 @@ mod tests {
             assert_eq!(
                 (held.allowed(), held.remaining(), held.degraded()),
                 (true, 3, false)
+            );
+        }
+    }
+
+    #[test]
+    fn too_many_rules_is_an_invalid_argument_over_grpc() {
+        let error = crate::service::CheckError::Store(Error::TooManyRules { max: 16 });
+        assert_eq!(
+            crate::grpc::status_of(&error).code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+
+    #[tokio::test]
+    async fn too_many_rules_on_a_key_is_an_error_under_every_policy() {
+        let rules = [
+            Rule::parse("5/1s").unwrap(),
+            Rule::parse("6/1s").unwrap(),
+            Rule::parse("7/1s").unwrap(),
+        ];
+        for policy in [
+            FailurePolicy::Deny,
+            FailurePolicy::Local,
+            FailurePolicy::Allow,
+        ] {
+            let backend = Backend::connect(&memory_args(10, policy)).await.unwrap();
+            assert!(backend.acquire("k", &rules[..2], 1).await.is_ok());
+            assert_eq!(
+                backend.acquire("k", &rules[2..], 1).await,
+                Err(Error::TooManyRules { max: 2 }),
+                "{policy}"
             );
         }
     }

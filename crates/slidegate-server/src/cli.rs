@@ -515,6 +515,32 @@ pub struct StoreArgs {
     )]
     pub max_keys: usize,
 
+    /// Most bytes the memory store (and the local fallback) holds: keys,
+    /// their rules' states and sliding-log buffers, counted as they are
+    /// allocated. A request that would need more (a new key, a new rule on
+    /// a key, a longer log) is decided by --on-store-error; the process'
+    /// memory stays within this plus the hash table's spare room.
+    #[arg(
+        long = "max-memory-bytes",
+        value_name = "N",
+        env = "SLIDEGATE_MAX_MEMORY_BYTES",
+        default_value_t = slidegate::store::memory::DEFAULT_MAX_BYTES
+    )]
+    pub max_memory_bytes: usize,
+
+    /// Most distinct rules one key holds at once in the memory store, 1 to
+    /// 256 (the Redis store's local fallback keeps 16). A new rule on a key
+    /// that holds this many, none of them idle, is refused with 400
+    /// `too_many_rules`.
+    #[arg(
+        long = "max-rules-per-key",
+        value_name = "N",
+        env = "SLIDEGATE_MAX_RULES_PER_KEY",
+        default_value_t = 16,
+        value_parser = clap::value_parser!(u16).range(1..=256)
+    )]
+    pub max_rules_per_key: u16,
+
     /// Bound of the local deny cache in entries (Redis store): a request
     /// the store denied with `retry_after = d` is denied locally for `d`,
     /// exactly, without a round trip. 0 turns the cache off.
@@ -660,6 +686,23 @@ mod tests {
             .is_err(),
             "both"
         );
+    }
+
+    #[test]
+    fn memory_bounds_have_defaults_and_refuse_out_of_range_values() {
+        let Ok(Cli {
+            command: Command::Serve(args),
+            ..
+        }) = Cli::try_parse_from(["slidegate", "serve"])
+        else {
+            panic!("serve did not parse");
+        };
+        assert_eq!(args.store.max_memory_bytes, 1 << 30);
+        assert_eq!(args.store.max_rules_per_key, 16);
+        for bad in ["0", "257", "x"] {
+            let cli = Cli::try_parse_from(["slidegate", "serve", "--max-rules-per-key", bad]);
+            assert!(cli.is_err(), "{bad}");
+        }
     }
 
     #[test]

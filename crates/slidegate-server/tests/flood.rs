@@ -49,6 +49,8 @@ async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
         timeout_ms: 50,
         clock: ClockMode::Server,
         max_keys: MAX_KEYS,
+        max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,
+        max_rules_per_key: 16,
         deny_cache_entries: 100_000,
     };
     Backend::connect(&args).await.expect("the store opens")

@@ -1,5 +1,6 @@
 //! slidegate's MemoryStore (sliding log, 100/1s) against governor's keyed
-//! limiter (GCRA, 100/s), same key types, same key counts, one group each.
+//! limiter (GCRA, 100/s), same key types, same key counts, one group each;
+//! and one atomic batch of many hits (`batch/HITS`), each key repeated.
 //!
 //! `cargo bench -p slidegate --bench memory_store`
 
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use slidegate::{MemoryStore, Rule};
+use slidegate::{Hit, MemoryStore, Rule};
 
 const KEY_COUNTS: [usize; 3] = [1, 10_000, 1_000_000];
 
@@ -107,12 +108,31 @@ fn bench_string(c: &mut Criterion) {
     }
 }
 
+/// One `acquire_batch` of `hits` hits over `hits / 4` keys (each key four
+/// times), cost 1 each: what the batch costs per hit.
+fn bench_batch(c: &mut Criterion) {
+    let mut group = c.benchmark_group("batch");
+    let rule = Rule::parse("1000000000/1s").expect("valid rule");
+    for hits in [16usize, 1_024, 16_384] {
+        group.throughput(Throughput::Elements(hits as u64));
+        let names: Vec<String> = (0..hits / 4).map(|k| format!("user:{k}")).collect();
+        let batch: Vec<Hit<'_>> = (0..hits)
+            .map(|i| Hit::new(names[i % names.len()].as_str(), rule, 1))
+            .collect();
+        let store = MemoryStore::new();
+        group.bench_function(BenchmarkId::new("slidegate", hits), |b| {
+            b.iter(|| black_box(store.acquire_batch(&batch).map(|ds| ds.len()).ok()))
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3))
         .sample_size(20);
-    targets = bench_u64, bench_string
+    targets = bench_u64, bench_string, bench_batch
 }
 criterion_main!(benches);

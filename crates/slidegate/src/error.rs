@@ -53,12 +53,25 @@ pub enum Error {
     /// A decision without any rule.
     #[error("a decision needs at least one rule")]
     NoRules,
-    /// The memory store holds `max_keys` keys and none of them is idle: the
-    /// new key is refused rather than dropping the state of a live one.
-    #[error("the store is full ({max_keys} live keys); no idle key could be evicted")]
+    /// The memory store is at one of its bounds (`max_keys` keys, or
+    /// `max_bytes` bytes) and sweeping idle keys made no room: the request
+    /// that needed more (a new key, a new rule on a key, a longer sliding
+    /// log) is refused rather than dropping the state of a live key.
+    #[error("the store is full ({bound}) and no idle key could be swept to make room")]
     StoreFull {
-        /// The configured bound.
-        max_keys: usize,
+        /// The bound that was reached.
+        bound: StoreBound,
+    },
+    /// A new rule on a key that already holds `max` rules, none of them
+    /// idle (see [`MemoryStoreBuilder::max_rules_per_key`](crate::MemoryStoreBuilder::max_rules_per_key)).
+    /// Bad input, not a store failure: the caller asks for more distinct
+    /// rules on one key than the store keeps.
+    #[error(
+        "the key already holds {max} rules in use, the most a key may hold; a new rule is accepted once one of them is idle"
+    )]
+    TooManyRules {
+        /// The most rules a key holds at once.
+        max: usize,
     },
     /// An atomic decision over keys that live in different Redis Cluster slots.
     #[error(
@@ -79,6 +92,26 @@ pub enum Error {
     /// The store is configured wrongly (bad URL, bad option).
     #[error("store configuration: {0}")]
     Config(String),
+}
+
+/// Which bound of a memory store was reached: see [`Error::StoreFull`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreBound {
+    /// The store holds this many keys, its `max_keys`.
+    Keys(usize),
+    /// The store holds as many bytes as it may, its `max_bytes`, and the
+    /// request needed more.
+    Bytes(usize),
+}
+
+impl std::fmt::Display for StoreBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreBound::Keys(max) => write!(f, "{max} live keys, its max_keys"),
+            StoreBound::Bytes(max) => write!(f, "{max} bytes, its max_bytes"),
+        }
+    }
 }
 
 impl Error {

@@ -51,7 +51,7 @@ pub mod store;
 
 pub use algorithm::Algorithm;
 pub use decision::Decision;
-pub use error::{Error, Result};
+pub use error::{Error, Result, StoreBound};
 pub use rate::{Rate, Rule};
 pub use store::memory::{MemoryStats, MemoryStore, MemoryStoreBuilder};
 #[cfg(feature = "redis")]

@@ -59,15 +59,49 @@
 //!    own `r` and `t`, and `violated-policies` names exactly the ones that
 //!    denied. The store is any [`Store`]: [`MemoryStore`](crate::MemoryStore)
 //!    in process, or a shared one so that several instances share a limit.
-//! 4. **Store failure**: when the store fails, [`OnStoreError`] decides:
-//!    pass (the default: a limiter outage does not become an outage of
-//!    the service) or deny with `503`. Either way the response carries
-//!    `Slidegate-Degraded: true`.
+//! 4. **When the store cannot decide**: a full store denies (`429`); a
+//!    store that is down is left to [`OnStoreError`] (pass by default, or
+//!    `503`); see [below](#when-the-store-cannot-decide). Such responses
+//!    carry `Slidegate-Degraded: true`.
 //! 5. **Response**: allowed requests go to the inner service; with
 //!    [`headers_on_success`](RateLimitBuilder::headers_on_success) they
 //!    get the `RateLimit` fields too. Rejections can be rewritten with
 //!    [`on_rejection`](RateLimitBuilder::on_rejection). Responses keep the
 //!    inner service's body type (see [`RejectionBody`]).
+//!
+//! # IP keys
+//!
+//! [`Key::peer_ip`] and [`Key::client_ip`] count an IPv4 client per
+//! address and an IPv6 client per /64 network
+//! ([`DEFAULT_IPV6_PREFIX`]): one subscriber holds at least a /64 and may
+//! send every request from a new address in it, which per address would
+//! never be limited and would fill the store with keys. Change it with
+//! [`PeerIp::ipv6_prefix`] (`128` per address).
+//!
+//! # When the store cannot decide
+//!
+//! Every error a store may return has an answer chosen on purpose:
+//!
+//! | the store says | the layer answers | why |
+//! |---|---|---|
+//! | [`CostExceedsLimit`](Error::CostExceedsLimit) | `413` | the request can never pass |
+//! | full: [`StoreFull`](Error::StoreFull) (keys or bytes), [`TooManyRules`](Error::TooManyRules) | `429`, `Retry-After: 1`, always, whatever [`OnStoreError`] says | see below |
+//! | down: [`Timeout`](Error::Timeout), [`Store`](Error::Store) | [`OnStoreError`]: pass (the default) or `503` | an availability choice: see [`OnStoreError`] |
+//! | anything else (the store refuses the layer's own key or configuration, such as a prefix that is no valid key) | `503`, logged at error level, whatever [`OnStoreError`] says | a misconfiguration: passing would switch the limit off unnoticed |
+//!
+//! A full store denies rather than evicting or passing. A store fills up
+//! when many new clients (or addresses, or rules on a key) arrive faster
+//! than idle ones are swept: the signature of a flood. Passing their
+//! requests would switch the limit off for whoever can fill the store;
+//! evicting live state to make room would hand the evicted clients a fresh
+//! quota, and a flood of new keys would churn the state of everyone else.
+//! Denying keeps every limit exact: the keys already held are decided as
+//! usual, and new ones get in as soon as a sweep frees room (idle keys are
+//! swept every second by [`MemoryStore`](crate::MemoryStore)). Size the
+//! store's bounds ([`max_keys`](crate::MemoryStoreBuilder::max_keys),
+//! [`max_bytes`](crate::MemoryStoreBuilder::max_bytes)) for the clients a
+//! window may see, and key IPv6 clients per network (the default), so
+//! that legitimate clients never meet the bound.
 //!
 //! # Cost
 //!
@@ -124,8 +158,8 @@ pub use body::{RejectionBody, ResponseBody};
 pub use builder::RateLimitBuilder;
 pub use head::RequestHead;
 pub use key::{
-    And, ClientIp, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor, KeyWriter, NoKey,
-    PathKey, PeerIp, Route,
+    And, ClientIp, DEFAULT_IPV6_PREFIX, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor,
+    KeyWriter, NoKey, PathKey, PeerIp, Route,
 };
 pub use policies::{PolicyDecision, PolicyDecisions};
 pub use proxy::{InvalidProxyRange, ProxyHeader, TrustedProxies};
@@ -155,9 +189,19 @@ impl Default for MissingKey {
     }
 }
 
-/// What happens when the store fails (times out, is unreachable, errs),
-/// or returns any other error that leaves a request undecided. A cost
-/// above a limit is not such an error: it is always answered with 413.
+/// What happens when the store is down: it times out, cannot be reached,
+/// or fails ([`Error::Timeout`], [`Error::Store`]).
+///
+/// Only for those: a full store is always answered with 429, a cost above
+/// a limit with 413, and a store that refuses the layer's configuration
+/// with 503 (see the [module docs](self#when-the-store-cannot-decide)).
+///
+/// The default passes requests while the store is down, so an outage of
+/// the limiter does not become an outage of the service; the limit does
+/// not hold meanwhile. Choose [`Deny`](OnStoreError::Deny) where it must
+/// hold (logins, costly calls), or give the layer a
+/// [`ResilientStore`](crate::store::resilient::ResilientStore) with the
+/// `Local` policy, which keeps deciding per instance while Redis is away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum OnStoreError {
     /// Pass the request on (fail open). The default.

@@ -94,6 +94,19 @@ fn eight_threads_on_one_key_never_exceed_the_limit_in_any_window() {
 
 #[test]
 fn batches_over_shared_keys_stay_exact_while_sweeping() {
+    shared_key_batches_stay_exact(2);
+}
+
+/// Batches longer than the store scans (it hashes their keys), each key
+/// repeated several times in one batch.
+#[test]
+fn long_batches_with_repeated_keys_stay_exact_while_sweeping() {
+    shared_key_batches_stay_exact(24);
+}
+
+/// Eight threads send batches of `len` hits over four shared keys, in
+/// different orders, while the sweeper runs every millisecond.
+fn shared_key_batches_stay_exact(len: usize) {
     let rule = Rule::parse("50/200ms").unwrap();
     let store: MemoryStore = MemoryStore::builder()
         .sweep_interval(Some(Duration::from_millis(1)))
@@ -114,12 +127,16 @@ fn batches_over_shared_keys_stay_exact_while_sweeping() {
                 let mut n = 0usize;
                 while Instant::now() < deadline {
                     // Different key orders in different threads.
-                    let (x, y) = ((i + n) % 4, (i * 3 + n + 1) % 4);
-                    let hits = [Hit::new(keys[x], rule, 1), Hit::new(keys[y], rule, 1)];
+                    let chosen: Vec<usize> = (0..len)
+                        .map(|j| (i * (j + 1) + n + j * j) % keys.len())
+                        .collect();
+                    let hits: Vec<Hit<'_>> =
+                        chosen.iter().map(|&k| Hit::new(keys[k], rule, 1)).collect();
                     let ds = store.acquire_batch(&hits).unwrap();
                     if ds.iter().all(|d| d.allowed()) {
-                        admitted[x].fetch_add(1, Ordering::Relaxed);
-                        admitted[y].fetch_add(1, Ordering::Relaxed);
+                        for &k in &chosen {
+                            admitted[k].fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     n += 1;
                     if n.is_multiple_of(64) {
@@ -142,6 +159,7 @@ fn batches_over_shared_keys_stay_exact_while_sweeping() {
             admitted[i].load(Ordering::Relaxed),
             "key {key}: every admission observed"
         );
+        assert!(total > 0, "key {key}: some batches passed");
         let worst = max_in_any_window(&seen, rule.window_micros());
         assert!(worst <= rule.limit(), "key {key}: {worst} in one window");
     }

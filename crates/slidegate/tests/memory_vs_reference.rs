@@ -1,6 +1,7 @@
 //! The memory store against the reference models, decision by decision,
 //! every field, on random sequences of clock advances, keys, costs,
-//! multi-rule calls, batches, sweeps and resets.
+//! multi-rule calls, batches (short, and long with many repeated keys),
+//! sweeps and resets.
 
 mod common;
 
@@ -45,8 +46,21 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
         6 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost())
             .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
         2 => prop::collection::vec((0..KEYS.len(), 0..rules, cost()), 1..=4).prop_map(Op::Batch),
+        // Long batches, mostly longer than the store scans (16 hits): their
+        // keys and (key, rule) pairs are then hashed. Small costs, so that
+        // many repeats of one key and rule still fit its limit now and then.
+        1 => prop::collection::vec((0..KEYS.len(), 0..rules, small_cost()), 12..=40).prop_map(Op::Batch),
         1 => Just(Op::Sweep),
         1 => (0..KEYS.len()).prop_map(Op::Reset),
+    ]
+}
+
+/// Mostly 0 or 1, sometimes any cost.
+fn small_cost() -> impl Strategy<Value = Cost> {
+    prop_oneof![
+        3 => Just(Cost::Fixed(0)),
+        6 => Just(Cost::Fixed(1)),
+        1 => cost(),
     ]
 }
 

@@ -194,9 +194,10 @@ async fn forwarded_for_from_a_trusted_proxy_is_honoured() {
     send_from(proxy, addr, forwarded_for("2001:db8::7")).await;
     // No header: the proxy itself is the client.
     send_from(proxy, addr, empty(get_req("/"))).await;
+    // IPv6 clients are counted per /64.
     assert_eq!(
         store.keys(),
-        ["ip=5.5.5.5", "ip=2001:db8::7", "ip=127.0.0.2"]
+        ["ip=5.5.5.5", "ip=2001:db8::", "ip=127.0.0.2"]
     );
 }
 
@@ -218,6 +219,161 @@ async fn the_chain_is_walked_right_to_left_skipping_trusted_hops() {
     // Garbage stops the walk at the last address vouched for.
     send_from(proxy, addr, forwarded_for("1.2.3.4, not-an-ip")).await;
     assert_eq!(store.keys(), ["ip=9.9.9.9", "ip=6.6.6.6", "ip=127.0.0.2"]);
+}
+
+#[tokio::test]
+async fn forwarded_ipv6_clients_of_one_64_share_a_limit_by_default() {
+    let trusted = TrustedProxies::new(["127.0.0.2/32"]).expect("ranges");
+    let layer = RateLimitLayer::builder(MemoryStore::new(), Key::client_ip(trusted))
+        .rule("1/m")
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
+    let from = |client: &str| send_from(ip("127.0.0.2"), addr, forwarded_for(client));
+    assert_eq!(from("2001:db8:1:2::a").await.status, StatusCode::OK);
+    assert_eq!(
+        from("2001:db8:1:2:ffff:1:2:3").await.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "same /64"
+    );
+    assert_eq!(from("2001:db8:1:3::a").await.status, StatusCode::OK);
+}
+
+/// Calls `app` with a request from `peer`, put in `ConnectInfo` by hand:
+/// loopback offers one IPv6 address (`::1`), not two networks.
+async fn status_from(app: &Router, peer: &str) -> StatusCode {
+    use tower::ServiceExt;
+    let mut request = empty(get_req("/"));
+    let peer = std::net::SocketAddr::new(ip(peer), 40000);
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(peer));
+    let response = app.clone().oneshot(request).await.expect("infallible");
+    response.status()
+}
+
+#[tokio::test]
+async fn ipv6_peers_are_counted_per_64_by_default() {
+    let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+        .rule("1/m")
+        .build()
+        .expect("layer");
+    let app = Router::new().route("/", get(ok)).layer(layer);
+    assert_eq!(status_from(&app, "2001:db8:5:6::1").await, StatusCode::OK);
+    assert_eq!(
+        status_from(&app, "2001:db8:5:6:a:b:c:d").await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status_from(&app, "2001:db8:5:7::1").await, StatusCode::OK);
+    // Per address when asked.
+    let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip().ipv6_prefix(128))
+        .rule("1/m")
+        .build()
+        .expect("layer");
+    let app = Router::new().route("/", get(ok)).layer(layer);
+    assert_eq!(status_from(&app, "2001:db8:5:6::1").await, StatusCode::OK);
+    assert_eq!(status_from(&app, "2001:db8:5:6::2").await, StatusCode::OK);
+}
+
+/// A layer over a memory store that holds one key, on 127.0.0.2 as a
+/// trusted proxy; the failure policy explicitly fails open.
+async fn one_key_app() -> std::net::SocketAddr {
+    let store: MemoryStore = MemoryStore::builder().max_keys(1).build();
+    let trusted = TrustedProxies::new(["127.0.0.2/32"]).expect("ranges");
+    let layer = RateLimitLayer::builder(store, Key::client_ip(trusted))
+        .rule("100/m")
+        .on_store_error(OnStoreError::Allow)
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
+    // 127.0.0.1 takes the one key.
+    assert_eq!(send(addr, empty(get_req("/"))).await.status, StatusCode::OK);
+    addr
+}
+
+fn assert_full_denial(reply: &support::Reply) {
+    assert_eq!(
+        reply.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "{}",
+        reply.body
+    );
+    assert_eq!(reply.header("retry-after"), Some("1"));
+    assert_eq!(reply.header("slidegate-degraded"), Some("true"));
+    assert_eq!(reply.json()["status"], 429);
+}
+
+#[tokio::test]
+async fn a_full_store_denies_new_ipv4_clients_with_429() {
+    let addr = one_key_app().await;
+    let reply = send_from(ip("127.0.0.3"), addr, empty(get_req("/"))).await;
+    assert_full_denial(&reply);
+    // The client held is served as before.
+    assert_eq!(send(addr, empty(get_req("/"))).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_full_store_denies_new_ipv6_clients_with_429() {
+    let addr = one_key_app().await;
+    let reply = send_from(ip("127.0.0.2"), addr, forwarded_for("2001:db8::1")).await;
+    assert_full_denial(&reply);
+}
+
+#[tokio::test]
+async fn a_key_holding_as_many_rules_as_the_store_allows_denies_a_new_one() {
+    // Two layers on one store and one key space, with different rules.
+    let store: MemoryStore = MemoryStore::builder().max_rules_per_key(1).build();
+    let per_minute = RateLimitLayer::builder(store.clone(), Key::global())
+        .rule("100/m")
+        .build()
+        .expect("layer");
+    let per_hour = RateLimitLayer::builder(store, Key::global())
+        .rule("1000/h")
+        .build()
+        .expect("layer");
+    let app = Router::new()
+        .route("/", get(ok))
+        .layer(per_hour)
+        .layer(per_minute);
+    let addr = support::serve(app).await;
+    // The outer layer's rule takes the key's one place; the inner one's
+    // cannot have another.
+    assert_full_denial(&send(addr, empty(get_req("/"))).await);
+}
+
+/// A store that refuses every key, as a store refuses a layer configured
+/// with a prefix that is no valid key.
+struct RefusesKeys;
+
+impl Store for RefusesKeys {
+    async fn acquire(&self, _: &str, _: &[Rule], _: u64) -> slidegate::Result<Decision> {
+        Err(Error::InvalidKey("refused".into()))
+    }
+
+    async fn acquire_batch(&self, _: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
+        Err(Error::InvalidKey("refused".into()))
+    }
+
+    async fn reset(&self, _: &str) -> slidegate::Result<()> {
+        Ok(())
+    }
+
+    async fn ready(&self) -> slidegate::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_store_refusing_the_layers_requests_is_answered_503_even_when_failing_open() {
+    let layer = RateLimitLayer::builder(RefusesKeys, Key::peer_ip())
+        .rule("1/m")
+        .on_store_error(OnStoreError::Allow)
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
+    let reply = send(addr, empty(get_req("/"))).await;
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(reply.header("slidegate-degraded"), Some("true"));
 }
 
 #[tokio::test]

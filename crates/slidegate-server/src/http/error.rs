@@ -45,6 +45,9 @@ pub enum ErrorCode {
     InvalidRules,
     /// The cost is above a rule's limit: such a request can never pass.
     CostExceedsLimit,
+    /// The key already holds as many rules as `--max-rules-per-key`
+    /// allows, all in use: a new rule on it is refused until one is idle.
+    TooManyRules,
     /// Any other bad request.
     InvalidRequest,
     /// No such route.
@@ -185,6 +188,16 @@ impl IntoResponse for ApiError {
 impl From<slidegate::Error> for ApiError {
     fn from(error: slidegate::Error) -> ApiError {
         use slidegate::Error as E;
+        if let E::TooManyRules { max } = error {
+            tracing::debug!(max, "too many rules on a key");
+            return ApiError::new(
+                ErrorCode::TooManyRules,
+                format!(
+                    "the key already holds {max} rules in use, the most --max-rules-per-key allows; \
+                     use fewer distinct rules per key, or retry once one of them is idle"
+                ),
+            );
+        }
         let code = match &error {
             E::InvalidLimit { .. } => ErrorCode::InvalidLimit,
             E::InvalidWindow { .. } => ErrorCode::InvalidWindow,
@@ -291,7 +304,9 @@ mod tests {
 
     #[test]
     fn store_failures_are_503_and_bad_input_is_400() {
-        let full = ApiError::from(slidegate::Error::StoreFull { max_keys: 1 });
+        let full = ApiError::from(slidegate::Error::StoreFull {
+            bound: slidegate::StoreBound::Keys(1),
+        });
         assert_eq!(full.code().status(), StatusCode::SERVICE_UNAVAILABLE);
         let timeout = ApiError::from(slidegate::Error::Timeout(std::time::Duration::from_millis(
             50,
@@ -300,6 +315,10 @@ mod tests {
         let key = ApiError::from(slidegate::Error::InvalidKey("empty".into()));
         assert_eq!(key.code(), ErrorCode::InvalidKey);
         assert_eq!(key.code().status(), StatusCode::BAD_REQUEST);
+        let rules = ApiError::from(slidegate::Error::TooManyRules { max: 16 });
+        assert_eq!(rules.code(), ErrorCode::TooManyRules);
+        assert_eq!(rules.code().status(), StatusCode::BAD_REQUEST);
+        assert!(rules.message().contains("--max-rules-per-key"));
         let rate = ApiError::from(slidegate::Error::InvalidRate {
             input: "x".into(),
             reason: "y".into(),

@@ -82,6 +82,8 @@ pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> B
         timeout_ms,
         clock: ClockMode::Server,
         max_keys: 1_000_000,
+        max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,
+        max_rules_per_key: 16,
         deny_cache_entries: 100_000,
     };
     Backend::connect(&args).await.expect("the store opens")

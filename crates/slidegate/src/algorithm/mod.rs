@@ -176,10 +176,28 @@ impl State {
     }
 
     /// Heap bytes held beyond the enum itself (the sliding log's entries).
+    #[inline]
     pub fn heap_bytes(&self) -> usize {
         match self {
             State::SlidingLog(log) => log.heap_bytes(),
             _ => 0,
+        }
+    }
+
+    /// The heap bytes [`record`](Self::record) at `now` would allocate
+    /// (only a sliding log's full buffer grows).
+    #[inline]
+    pub(crate) fn record_growth(&self, now: u64) -> usize {
+        match self {
+            State::SlidingLog(log) => log.record_growth(now),
+            _ => 0,
+        }
+    }
+
+    /// Allocates what [`record_growth`](Self::record_growth) said.
+    pub(crate) fn grow_for_record(&mut self) {
+        if let State::SlidingLog(log) = self {
+            log.grow_for_record();
         }
     }
 }

@@ -69,6 +69,7 @@ impl SlidingLog {
     }
 
     /// Heap bytes held by the entries.
+    #[inline]
     pub fn heap_bytes(&self) -> usize {
         self.entries.capacity() * std::mem::size_of::<Entry>()
     }
@@ -131,6 +132,30 @@ impl SlidingLog {
         }
     }
 
+    /// The heap bytes [`record`](Meter::record) at `now` would allocate:
+    /// none unless it needs a new entry (not merged into the newest) and
+    /// the buffer is full. Lets a store with a memory bound ask for them
+    /// first ([`grow_for_record`](Self::grow_for_record)).
+    #[inline]
+    pub(crate) fn record_growth(&self, now: u64) -> usize {
+        let capacity = self.entries.capacity();
+        if self.entries.len() < capacity {
+            return 0;
+        }
+        let merges = !self.holds_nothing() && self.newest_at == self.effective_now(now);
+        if merges {
+            return 0;
+        }
+        (grown_capacity(capacity) - capacity) * std::mem::size_of::<Entry>()
+    }
+
+    /// Grows the buffer by [`record_growth`](Self::record_growth) bytes,
+    /// so that the next `record` allocates nothing.
+    pub(crate) fn grow_for_record(&mut self) {
+        let additional = grown_capacity(self.entries.capacity()) - self.entries.len();
+        self.entries.reserve_exact(additional);
+    }
+
     /// When a request of `asked` passes, if nothing else is admitted.
     fn pass_time(&self, window: u64, asked: u64, limit: u64) -> u64 {
         // The request passes once the entries up to the first one whose
@@ -141,6 +166,12 @@ impl SlidingLog {
             .get(k)
             .map_or(0, |deciding| deciding.at + window + 1)
     }
+}
+
+/// The capacity a full buffer grows to: double, as `VecDeque` itself does,
+/// so pushes stay amortized O(1).
+fn grown_capacity(capacity: usize) -> usize {
+    capacity.saturating_mul(2).max(4)
 }
 
 impl Meter for SlidingLog {
@@ -295,6 +326,26 @@ mod tests {
         log.decide(r, 1_000, 1);
         log.decide(r, 500, 1);
         assert_eq!(log.entries().collect::<Vec<_>>(), vec![(1_000, 2)]);
+    }
+
+    #[test]
+    fn growing_first_leaves_record_nothing_to_allocate() {
+        let r = rate(1_000, 1000);
+        let mut log = SlidingLog::default();
+        for t in 0..100 {
+            assert!(log.check(r, t, 1).allowed());
+            let growth = log.record_growth(t);
+            let before = log.heap_bytes();
+            if growth > 0 {
+                log.grow_for_record();
+            }
+            assert_eq!(log.heap_bytes(), before + growth, "at {t}");
+            log.record(r, t, 1);
+            assert_eq!(log.heap_bytes(), before + growth, "record allocated at {t}");
+        }
+        // A second admission in the same microsecond merges: no growth.
+        assert_eq!(log.record_growth(99), 0);
+        assert_eq!(log.len(), 100);
     }
 
     #[test]

@@ -84,7 +84,8 @@ impl<St, K> RateLimitBuilder<St, K> {
         self
     }
 
-    /// What to do when the store fails (default: allow).
+    /// What to do when the store is down (default: allow); see
+    /// [`OnStoreError`] for the errors it covers and those it does not.
     pub fn on_store_error(mut self, policy: OnStoreError) -> Self {
         self.on_store_error = policy;
         self

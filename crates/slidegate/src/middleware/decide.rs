@@ -118,7 +118,15 @@ pub(crate) enum Refusal {
         error: Error,
         retry_after: Duration,
     },
+    StoreFull {
+        error: Error,
+        retry_after: Duration,
+    },
 }
+
+/// The `Retry-After` of a request refused because the store is full: the
+/// memory store's default sweep interval, within which idle keys go.
+pub(crate) const FULL_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The headers added to a passed request's response.
 #[derive(Debug, Default)]
@@ -271,15 +279,48 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
                     degraded: all.iter().any(Decision::degraded),
                 })
             }
-            Err(Error::CostExceedsLimit { cost, limit }) => {
-                Verdict::Refuse(Refusal::CostTooHigh { cost, limit })
-            }
-            Err(error) => self.store_failed(error),
+            Err(error) => self.undecided(error),
         }
     }
 
-    /// The verdict when the store failed, or refused what it was given:
-    /// the request is undecided, and the failure policy applies.
+    /// The verdict on a request the store did not decide. Each kind of
+    /// error gets its answer here, on purpose (see the module docs of
+    /// [`middleware`](crate::middleware), "When the store cannot decide").
+    fn undecided(&self, error: Error) -> Verdict {
+        match error {
+            // The request can never pass.
+            Error::CostExceedsLimit { cost, limit } => {
+                Verdict::Refuse(Refusal::CostTooHigh { cost, limit })
+            }
+            // Full (too many keys, bytes, or rules on the key): what a
+            // flood of new clients causes. Denied whatever the failure
+            // policy says: letting requests through would switch the limit
+            // off for whoever filled the store.
+            Error::StoreFull { .. } | Error::TooManyRules { .. } => {
+                Verdict::Refuse(Refusal::StoreFull {
+                    error,
+                    retry_after: FULL_RETRY_AFTER,
+                })
+            }
+            // Down: timed out, unreachable, failed. The failure policy,
+            // which may be to fail open.
+            Error::Timeout(_) | Error::Store(_) => self.store_failed(error),
+            // The store refused what the layer sent (a prefix that is no
+            // valid key, a store configured wrongly): the layer's own
+            // configuration, not the client's doing and not an outage.
+            // Failing open would switch the limit off unnoticed: 503.
+            error => {
+                tracing::error!(%error, "the rate limit layer's store refused its request");
+                let retry_after = match self.on_store_error {
+                    OnStoreError::Deny { retry_after } => retry_after,
+                    OnStoreError::Allow => FULL_RETRY_AFTER,
+                };
+                Verdict::Refuse(Refusal::StoreFailed { error, retry_after })
+            }
+        }
+    }
+
+    /// The verdict when the store failed: the failure policy applies.
     fn store_failed(&self, error: Error) -> Verdict {
         match self.on_store_error {
             OnStoreError::Allow => Verdict::Pass(Extra {
@@ -302,6 +343,10 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
             &Refusal::CostTooHigh { cost, limit } => Rejection::CostTooHigh { cost, limit },
             &Refusal::MissingKey { reason, status } => Rejection::MissingKey { reason, status },
             Refusal::StoreFailed { error, retry_after } => Rejection::StoreFailure {
+                error,
+                retry_after: *retry_after,
+            },
+            Refusal::StoreFull { error, retry_after } => Rejection::StoreFull {
                 error,
                 retry_after: *retry_after,
             },

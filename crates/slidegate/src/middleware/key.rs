@@ -101,10 +101,15 @@ impl Key {
     /// server adds (plain TCP; not behind tonic's own TLS).
     /// Part: `ip=203.0.113.7`.
     ///
+    /// IPv6 clients are counted per /64 network by default, not per
+    /// address: see [`PeerIp::ipv6_prefix`].
+    ///
     /// Behind a reverse proxy every request has the proxy's address: use
     /// [`Key::client_ip`] there.
     pub fn peer_ip() -> PeerIp {
-        PeerIp { ipv6_prefix: 128 }
+        PeerIp {
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
+        }
     }
 
     /// The client's address behind reverse proxies: the peer address, or,
@@ -115,12 +120,13 @@ impl Key {
     ///
     /// A header sent by an untrusted peer is ignored, so clients cannot
     /// choose their own key. With no trusted proxies this is
-    /// [`Key::peer_ip`].
+    /// [`Key::peer_ip`]. IPv6 clients are counted per /64 network by
+    /// default, as there: see [`ClientIp::ipv6_prefix`].
     pub fn client_ip(trusted: TrustedProxies) -> ClientIp {
         ClientIp {
             trusted,
             header: ProxyHeader::XForwardedFor,
-            ipv6_prefix: 128,
+            ipv6_prefix: DEFAULT_IPV6_PREFIX,
         }
     }
 
@@ -182,6 +188,15 @@ impl Key {
     }
 }
 
+/// The IPv6 network IP keys count by default: a /64.
+///
+/// A /64 is the smallest network an IPv6 subscriber is given (RFC 6177
+/// recommends more), and every host on it picks its own addresses in it
+/// (SLAAC, privacy addresses that change daily), so one client may send
+/// each request from a new address. Counted per address, such a client is
+/// never limited, and its 2^64 addresses fill any store with keys.
+pub const DEFAULT_IPV6_PREFIX: u8 = 64;
+
 /// See [`Key::peer_ip`].
 #[derive(Debug, Clone, Copy)]
 pub struct PeerIp {
@@ -189,8 +204,13 @@ pub struct PeerIp {
 }
 
 impl PeerIp {
-    /// Counts IPv6 clients per network of `prefix` bits (e.g. 64) rather
-    /// than per address: one host often holds a whole /64.
+    /// Counts IPv6 clients per network of `prefix` bits (default
+    /// [`DEFAULT_IPV6_PREFIX`], 64: why is told there). `128` counts each
+    /// address on its own, for networks where an address is known to be
+    /// one client; a shorter prefix (`56`, `48`) counts a whole site or
+    /// subscriber as one. IPv4 addresses (and IPv4-mapped IPv6 ones) are
+    /// always counted whole. The key shows the network address:
+    /// `ip=2001:db8:1:2::`.
     pub fn ipv6_prefix(mut self, prefix: u8) -> PeerIp {
         self.ipv6_prefix = prefix.min(128);
         self
@@ -243,7 +263,7 @@ impl ClientIp {
         self
     }
 
-    /// As [`PeerIp::ipv6_prefix`].
+    /// As [`PeerIp::ipv6_prefix`] (default [`DEFAULT_IPV6_PREFIX`], 64).
     pub fn ipv6_prefix(mut self, prefix: u8) -> ClientIp {
         self.ipv6_prefix = prefix.min(128);
         self
@@ -408,6 +428,15 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for And<A, B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ip_keys_count_ipv6_per_64_by_default() {
+        let trusted = TrustedProxies::none();
+        assert_eq!(Key::peer_ip().ipv6_prefix, 64);
+        assert_eq!(Key::client_ip(trusted.clone()).ipv6_prefix, 64);
+        assert_eq!(Key::peer_ip().ipv6_prefix(128).ipv6_prefix, 128);
+        assert_eq!(Key::client_ip(trusted).ipv6_prefix(200).ipv6_prefix, 128);
+    }
 
     #[test]
     fn ipv6_prefix_masks_the_interface_bits() {

@@ -43,6 +43,7 @@ const GRPC_STATUS_DETAILS: HeaderName = HeaderName::from_static("grpc-status-det
 /// | `CostTooHigh` | 413 | `RESOURCE_EXHAUSTED` without retry metadata |
 /// | `MissingKey` | the configured 4xx (400 by default) | the matching code (`INVALID_ARGUMENT`, `UNAUTHENTICATED`, `PERMISSION_DENIED`, ...) |
 /// | `StoreFailure` | 503, `temporary-reduced-capacity` problem, `Retry-After`, `Slidegate-Degraded` | `UNAVAILABLE`, `retry-after`, `RetryInfo` |
+/// | `StoreFull` | 429, `Retry-After`, `Slidegate-Degraded` | `RESOURCE_EXHAUSTED`, `retry-after`, `RetryInfo` |
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub enum Rejection<'a> {
@@ -75,11 +76,24 @@ pub enum Rejection<'a> {
         /// The status to answer with.
         status: StatusCode,
     },
-    /// The store failed and [`OnStoreError::Deny`](super::OnStoreError::Deny) applies.
+    /// The store failed and [`OnStoreError::Deny`](super::OnStoreError::Deny)
+    /// applies, or the store refused the layer's request (a configuration
+    /// it does not accept), which is always answered so.
     StoreFailure {
         /// The store's error.
         error: &'a Error,
         /// The wait suggested to the client.
+        retry_after: Duration,
+    },
+    /// The store is full ([`Error::StoreFull`]: its keys or bytes; or
+    /// [`Error::TooManyRules`]: the key's rules) and could not make room
+    /// for this request. Always denied, whatever the
+    /// [`OnStoreError`](super::OnStoreError) policy: a full store is what a
+    /// flood of new clients causes, and must not open the gate.
+    StoreFull {
+        /// The store's error.
+        error: &'a Error,
+        /// The wait suggested to the client: idle keys are swept by then.
         retry_after: Duration,
     },
 }
@@ -151,9 +165,24 @@ pub(crate) fn default_response(rejection: &Rejection<'_>, cx: &Context<'_>) -> R
             };
             (status, problem, None)
         }
+        Rejection::StoreFull { retry_after, .. } => {
+            let secs = whole_seconds(retry_after);
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+            headers.insert(DEGRADED, HeaderValue::from_static("true"));
+            let problem = Problem {
+                kind: "about:blank",
+                title: "Too Many Requests",
+                status: StatusCode::TOO_MANY_REQUESTS,
+                detail: format!(
+                    "the rate limiter is full and cannot count this request; retry in {secs} s"
+                ),
+                violated_policies: Vec::new(),
+                grpc_code: GrpcCode::ResourceExhausted,
+            };
+            (problem.status, problem, Some(retry_after))
+        }
         Rejection::StoreFailure { retry_after, .. } => {
-            let secs = retry_after.as_micros().div_ceil(1_000_000).max(1);
-            let secs = u64::try_from(secs).unwrap_or(u64::MAX);
+            let secs = whole_seconds(retry_after);
             headers.insert(RETRY_AFTER, HeaderValue::from(secs));
             headers.insert(DEGRADED, HeaderValue::from_static("true"));
             let problem = Problem {
@@ -177,6 +206,12 @@ pub(crate) fn default_response(rejection: &Rejection<'_>, cx: &Context<'_>) -> R
             response
         }
     }
+}
+
+/// A wait in whole seconds for `Retry-After`: rounded up, at least 1.
+fn whole_seconds(wait: Duration) -> u64 {
+    let secs = wait.as_micros().div_ceil(1_000_000).max(1);
+    u64::try_from(secs).unwrap_or(u64::MAX)
 }
 
 /// The problem's `detail` for a denial: which quotas are used up, and the

@@ -58,6 +58,9 @@ use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
+/// The default of [`ResilientStoreBuilder::local_max_bytes`]: 256 MiB.
+pub const DEFAULT_LOCAL_MAX_BYTES: usize = 256 << 20;
+
 mod breaker;
 mod deny_cache;
 
@@ -145,6 +148,7 @@ pub struct ResilientStoreBuilder<S> {
     max_in_flight: usize,
     deny_cache: Option<usize>,
     local_max_keys: usize,
+    local_max_bytes: usize,
     clock: Option<Arc<dyn Clock>>,
 }
 
@@ -161,6 +165,7 @@ impl<S: Store> ResilientStore<S> {
             max_in_flight: 1024,
             deny_cache: Some(100_000),
             local_max_keys: 100_000,
+            local_max_bytes: DEFAULT_LOCAL_MAX_BYTES,
             clock: None,
         }
     }
@@ -248,6 +253,16 @@ impl<S: Store> ResilientStoreBuilder<S> {
         self
     }
 
+    /// The bound of the local fallback store in bytes (default
+    /// [`DEFAULT_LOCAL_MAX_BYTES`], 256 MiB), as
+    /// [`MemoryStoreBuilder::max_bytes`](crate::MemoryStoreBuilder::max_bytes)
+    /// counts them. A request the full local store cannot take is denied,
+    /// as when it holds `local_max_keys` keys.
+    pub fn local_max_bytes(mut self, bytes: usize) -> Self {
+        self.local_max_bytes = bytes;
+        self
+    }
+
     /// The clock of the deny cache and of the local fallback store (a
     /// [`ManualClock`](crate::clock::ManualClock) in tests).
     pub fn clock(mut self, clock: impl Clock) -> Self {
@@ -271,6 +286,7 @@ impl<S: Store> ResilientStoreBuilder<S> {
                 local: MemoryStore::builder()
                     .clock(Arc::clone(&clock))
                     .max_keys(self.local_max_keys)
+                    .max_bytes(self.local_max_bytes)
                     .build(),
                 deny_cache: self.deny_cache.map(DenyCache::new),
                 clock,
