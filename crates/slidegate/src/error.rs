@@ -70,6 +70,19 @@ pub enum Error {
         /// A key that does not share its slot.
         other: String,
     },
+    /// The store holds something at the key that is not slidegate's state
+    /// of this version: another type (`WRONGTYPE`), another application's
+    /// value, a manual `SET`. The key is refused (never decoded, never
+    /// overwritten) until the value is removed; every other key is decided
+    /// as usual. Not a store failure: no failure policy applies, and it
+    /// never counts toward a circuit breaker.
+    #[error("key {key:?}: {detail}; remove that value or use another key prefix")]
+    KeyConflict {
+        /// The key of the decision.
+        key: String,
+        /// What the store holds, and where (the Redis key).
+        detail: String,
+    },
     /// The store did not answer within its deadline.
     #[error("the store did not answer within {0:?}")]
     Timeout(Duration),
@@ -83,8 +96,9 @@ pub enum Error {
 
 impl Error {
     /// True when the error is the store's fault (unreachable, timed out,
-    /// failed, full), as opposed to bad input from the caller. A failure
-    /// policy applies to these, never to bad input.
+    /// failed, full), as opposed to bad input from the caller or a
+    /// [`KeyConflict`](Error::KeyConflict) on one key. A failure policy
+    /// applies to these, never to the others.
     pub fn is_store_failure(&self) -> bool {
         matches!(
             self,

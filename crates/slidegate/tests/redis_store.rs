@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::redis_log::read_log_until;
+use common::redis_log::{read_log, read_log_until};
 use common::redis_server::RedisServer;
 use redis::AsyncCommands;
 use slidegate::clock::ManualClock;
@@ -349,4 +349,104 @@ async fn failures_are_typed_errors() {
         }
     }
     assert!(answer.expect("a decision").allowed());
+}
+
+/// A Redis key that holds what slidegate did not write (another type, a
+/// foreign string of any length) is refused with an error naming the key:
+/// never decoded, never overwritten, and not a store failure.
+#[tokio::test]
+async fn a_foreign_value_is_refused_with_an_error_naming_the_key() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let mut conn = raw(&server).await;
+    let foreign: [&[u8]; 4] = [&[b'x'; 200], &[0u8; 80], &[0u8; 16], b"hello"];
+    for algorithm in Algorithm::ALL {
+        let rule = Rule::parse("5/1s")
+            .expect("a valid rule")
+            .with_algorithm(algorithm);
+        let key = format!("foreign:{algorithm}");
+        let redis_key = store.state_key(&key, rule);
+        for value in foreign {
+            let _: () = conn.set(&redis_key, value).await.expect("SET");
+            for cost in [1, 0] {
+                let err = store
+                    .acquire(&key, &[rule], cost)
+                    .await
+                    .expect_err("a foreign value");
+                let Error::KeyConflict { key: named, detail } = &err else {
+                    panic!("{algorithm}: {err:?}");
+                };
+                assert_eq!(named, &key);
+                assert!(detail.contains(&redis_key), "{detail}");
+                assert!(!err.is_store_failure());
+            }
+            let kept: Vec<u8> = conn.get(&redis_key).await.expect("GET");
+            assert_eq!(
+                kept, value,
+                "{algorithm}: the foreign value was overwritten"
+            );
+        }
+        let _: () = conn.del(&redis_key).await.expect("DEL");
+        let _: () = conn.lpush(&redis_key, "a list").await.expect("LPUSH");
+        let err = store.acquire(&key, &[rule], 1).await.expect_err("a list");
+        assert!(
+            matches!(&err, Error::KeyConflict { detail, .. } if detail.contains("WRONGTYPE")),
+            "{err:?}"
+        );
+        // The other keys are decided as usual.
+        assert!(
+            store
+                .acquire("neighbour", &[rule], 1)
+                .await
+                .expect("a decision")
+                .allowed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_names_the_key_that_holds_a_foreign_value() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let mut conn = raw(&server).await;
+    let rule = Rule::parse("5/1s").expect("a valid rule");
+    let _: () = conn
+        .set(store.state_key("{t}:b", rule), "not a log")
+        .await
+        .expect("SET");
+    let err = store
+        .acquire_batch(&[Hit::new("{t}:a", rule, 1), Hit::new("{t}:b", rule, 1)])
+        .await
+        .expect_err("a foreign value");
+    assert!(
+        matches!(&err, Error::KeyConflict { key, .. } if key == "{t}:b"),
+        "{err:?}"
+    );
+    let untouched = store.peek("{t}:a", &[rule]).await.expect("a decision");
+    assert_eq!(untouched.remaining(), 5, "nothing was recorded");
+}
+
+/// `X` and `{X}` are two keys in the memory store; so they are on Redis
+/// (they once shared one Redis key, and a batch of both admitted twice
+/// the limit while storing it once).
+#[tokio::test]
+async fn a_key_and_the_same_key_as_a_hash_tag_are_two_keys() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let rule = Rule::parse("2/1s").expect("a valid rule");
+    let batch = [Hit::new("abc", rule, 2), Hit::new("{abc}", rule, 2)];
+    let first = store.acquire_batch(&batch).await.expect("decisions");
+    assert!(first.iter().all(|d| d.allowed() && d.remaining() == 0));
+    // Admitted 4 units: Redis holds 4, 2 under each key.
+    let mut conn = raw(&server).await;
+    for key in ["abc", "{abc}"] {
+        let log = read_log(&mut conn, &store.state_key(key, rule)).await;
+        assert_eq!(log.iter().map(|(_, c)| c).sum::<u64>(), 2, "{key}");
+    }
+    let again = store.acquire_batch(&batch).await.expect("decisions");
+    assert!(again.iter().all(|d| !d.allowed()), "both are spent");
+    for key in ["abc", "{abc}"] {
+        let d = store.acquire(key, &[rule], 1).await.expect("a decision");
+        assert!(!d.allowed(), "{key} holds its 2 units");
+    }
 }

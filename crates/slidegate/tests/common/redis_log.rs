@@ -14,10 +14,12 @@ pub async fn read_log(conn: &mut redis::aio::MultiplexedConnection, key: &str) -
 }
 
 /// Records `[s, e)`, then the header: H, o1, T1, nt, nT, s, e, exp (f64 LE),
-/// the record format (5 bytes), ow, tw. A record is its time modulo
-/// 256^ow and its running total modulo 256^tw, little-endian.
+/// the record format (5 bytes), ow, tw, and the format's mark (254). A
+/// record is its time modulo 256^ow and its running total modulo 256^tw,
+/// little-endian. Records whose cost was given back by a cross-slot undo
+/// (cost 0) are left out.
 pub fn decode_log(raw: &[u8]) -> Vec<(u64, u64)> {
-    const HEADER: usize = 71;
+    const HEADER: usize = 72;
     let Some(at) = raw.len().checked_sub(HEADER) else {
         return Vec::new();
     };
@@ -43,6 +45,7 @@ pub fn decode_log(raw: &[u8]) -> Vec<(u64, u64)> {
             before = total;
             (time, cost)
         })
+        .filter(|&(_, cost)| cost > 0)
         .collect()
 }
 

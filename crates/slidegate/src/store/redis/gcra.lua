@@ -1,6 +1,7 @@
 -- slidegate: GCRA (see algorithm/gcra.rs).
 --
--- One STRING per (key, rule): q and r as two little-endian doubles, the
+-- One STRING per (key, rule): q and r as two little-endian doubles (then
+-- the byte 254, this format's mark), the
 -- theoretical arrival time scaled by the limit L kept as tat_scaled =
 -- q * L + r (q whole µs, 0 <= r < L), so the emission interval W / L is
 -- applied exactly, with no scaled value (which would reach 10^27) ever held
@@ -12,13 +13,10 @@
 local function build_gcra()
   local gcra = {}
 
-  function gcra.load(key, limit, window)
-    local st = { key = key, limit = limit, window = window, q = 0, r = 0 }
-    local value = redis.call('GET', key)
+  function gcra.load(index, limit, window)
+    local st = { key = KEYS[index], limit = limit, window = window, q = 0, r = 0 }
+    local value = load_value(index, 16, 'gcra')
     if value then
-      if #value ~= 16 then
-        error('slidegate: malformed gcra state at ' .. key)
-      end
       st.q, st.r = bunpack('<dd', value)
       st.existed = true
     end
@@ -91,7 +89,7 @@ local function build_gcra()
 
   function gcra.save(st, now, margin)
     local ttl = ttl_ms(gcra_ceil(st.q, st.r), now, margin)
-    redis.call('SET', st.key, bpack('<dd', st.q, st.r), 'PX', format('%d', ttl))
+    redis.call('SET', st.key, bpack('<ddB', st.q, st.r, 254), 'PX', format('%d', ttl))
   end
   return gcra
 end

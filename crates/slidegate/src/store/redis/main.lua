@@ -16,7 +16,7 @@ end
 
 if n == 1 then
   local algorithm = build(code)
-  local st = algorithm.load(KEYS[1], L, W)
+  local st = algorithm.load(1, L, W)
   local allowed, _, remaining, retry, reset = algorithm.check(st, now, cost)
   if allowed == 1 and cost > 0 then
     algorithm.record(st, now, cost)
@@ -36,7 +36,7 @@ for i = 1, n do
   local st = states[key]
   if not st then
     local algorithm = build(algorithm_code)
-    st = algorithm.load(KEYS[key], limit, window)
+    st = algorithm.load(key, limit, window)
     st.algorithm = algorithm
     states[key] = st
   end

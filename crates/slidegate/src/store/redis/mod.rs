@@ -11,11 +11,13 @@
 //!   servers with skewed clocks still share one window. With
 //!   [`RedisStoreBuilder::client_clock`] the caller's time is sent instead
 //!   (for services that forbid `TIME` in scripts).
-//! - **Keys** are `prefix:{key}:rule` (`slidegate:{login:10.0.0.1}:100/1m`,
+//! - **Keys** are `prefix:v2:{key}:rule` (`slidegate:v2:{login:10.0.0.1}:100/1m`,
 //!   plus `:gcra` etc. for the other algorithms); a key that carries its own
-//!   hash tag is kept as is (`slidegate:user:{42}:login:100/1m`). All rules
-//!   of one key share a cluster slot; a batch over keys with different tags
-//!   is refused in a cluster with [`Error::CrossSlot`].
+//!   hash tag is kept as is, after a `t:` (`slidegate:v2:t:user:{42}:login:100/1m`),
+//!   so `X` and `{X}` are two keys here as in the memory store. `v2` is the
+//!   version of the stored format: old and new formats never meet. All
+//!   rules of one key share a cluster slot; a batch over keys with
+//!   different tags is refused in a cluster with [`Error::CrossSlot`].
 //! - **Compact state, little Redis CPU.** A sliding log is one binary
 //!   STRING: fixed-size records (time and running total, each truncated to
 //!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
@@ -28,8 +30,11 @@
 //!   idle (a busy sliding log up to half a window later, so that its expiry
 //!   is not moved on every admission); a probe never creates a key.
 //! - **Errors** are [`Error::Timeout`] (the per-call deadline passed),
-//!   [`Error::Store`] (connection or Redis failure) and [`Error::Config`]
-//!   (bad URL or option); callers never see Redis' own error types.
+//!   [`Error::Store`] (connection or Redis failure), [`Error::Config`]
+//!   (bad URL or option) and [`Error::KeyConflict`] (the Redis key of one
+//!   decision holds a value slidegate did not write: another type, or a
+//!   string without this format's mark; that key is refused, never read
+//!   as state or overwritten); callers never see Redis' own error types.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -381,7 +386,11 @@ impl Inner {
     async fn run(&self, plan: &Plan) -> Result<Vec<Decision>> {
         let now = self.clock.as_ref().map(|c| c.now_micros());
         let call = plan.invocation(now, self.margin_ms);
-        let reply = self.within(self.invoke(&call)).await?;
+        let reply = match tokio::time::timeout(self.timeout, self.invoke(&call)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => return Err(plan.conflict(&e).unwrap_or_else(|| self.store_error(e))),
+            Err(_) => return Err(Error::Timeout(self.timeout)),
+        };
         plan.decisions(&reply)
     }
 

@@ -10,6 +10,7 @@
 //! per parameter and a table per reply, a large part of the Redis CPU of a
 //! decision.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 use crate::algorithm::Algorithm;
@@ -60,40 +61,44 @@ struct PlannedHit {
 /// What one script call decides: its keys and hits, in the caller's order.
 #[derive(Debug)]
 pub(crate) struct Plan {
+    /// The Redis keys (KEYS), one per distinct state.
     pub(crate) keys: Vec<String>,
+    /// The caller's key of each entry of `keys`, for errors.
+    owners: Vec<String>,
     hits: Vec<PlannedHit>,
 }
 
 impl Plan {
     /// Resolves `hits` (already validated one by one) the way the memory
-    /// store does: hits on the same key and rule share one state and add
-    /// up, and a sum above the limit is [`Error::CostExceedsLimit`].
+    /// store does: hits on the same Redis key (the same key and rule)
+    /// share one state and add up, and a sum above the limit is
+    /// [`Error::CostExceedsLimit`].
     pub(crate) fn new(prefix: &str, hits: &[(&str, Rule, u64)]) -> Result<Plan> {
         let mut keys: Vec<String> = Vec::with_capacity(hits.len());
+        let mut owners: Vec<String> = Vec::with_capacity(hits.len());
+        let mut totals: Vec<u64> = Vec::with_capacity(hits.len());
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(hits.len());
         let mut planned = Vec::with_capacity(hits.len());
-        for (i, &(key, rule, cost)) in hits.iter().enumerate() {
-            let before: u64 = hits[..i]
-                .iter()
-                .filter(|(k, r, _)| *k == key && *r == rule)
-                .map(|(_, _, c)| c)
-                .sum();
-            let total = before + cost;
+        for &(key, rule, cost) in hits {
+            let state = state_key(prefix, key, rule);
+            let key_index = match index.get(&state) {
+                Some(&i) => i,
+                None => {
+                    index.insert(state.clone(), keys.len());
+                    keys.push(state);
+                    owners.push(key.to_owned());
+                    totals.push(0);
+                    keys.len() - 1
+                }
+            };
+            let total = totals[key_index].saturating_add(cost);
             if total > rule.limit() {
                 return Err(Error::CostExceedsLimit {
                     cost: total,
                     limit: rule.limit(),
                 });
             }
-            let same = hits[..i]
-                .iter()
-                .position(|(k, r, _)| *k == key && *r == rule);
-            let key_index = match same {
-                Some(j) => planned.get(j).map_or(0, |p: &PlannedHit| p.key_index),
-                None => {
-                    keys.push(state_key(prefix, key, rule));
-                    keys.len() - 1
-                }
-            };
+            totals[key_index] = total;
             planned.push(PlannedHit {
                 key_index,
                 rule,
@@ -103,7 +108,27 @@ impl Plan {
         }
         Ok(Plan {
             keys,
+            owners,
             hits: planned,
+        })
+    }
+
+    /// The typed error for a `KEYCONFLICT` reply (`KEYCONFLICT <index>
+    /// <what the key holds>`, see `arith.lua`), naming the caller's key and
+    /// the Redis key; `None` for any other error.
+    pub(crate) fn conflict(&self, error: &redis::RedisError) -> Option<Error> {
+        if error.code() != Some("KEYCONFLICT") {
+            return None;
+        }
+        let detail = error.detail().unwrap_or_default();
+        let (index, what) = detail.split_once(' ')?;
+        let i = index.parse::<usize>().ok()?.checked_sub(1)?;
+        // Errors raised inside a function carry the script's place: not
+        // the caller's business.
+        let what = what.split(" script: ").next().unwrap_or(what).trim();
+        Some(Error::KeyConflict {
+            key: self.owners.get(i)?.clone(),
+            detail: format!("the Redis key {:?} {what}", self.keys.get(i)?),
         })
     }
 

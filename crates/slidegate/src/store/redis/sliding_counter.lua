@@ -1,7 +1,7 @@
 -- slidegate: the sliding window counter (see algorithm/sliding_counter.rs).
 --
 -- One STRING per (key, rule): start, current and previous counts, as three
--- little-endian doubles.
+-- little-endian doubles, then the byte 254 (this format's mark).
 --
 -- Built on first use in a call: an EVALSHA runs the whole chunk, and
 -- creating the functions of algorithms a call does not use costs Redis CPU.
@@ -9,13 +9,10 @@
 local function build_sliding_counter()
   local sliding_counter = {}
 
-  function sliding_counter.load(key, limit, window)
-    local st = { key = key, limit = limit, window = window, start = 0, cur = 0, prev = 0 }
-    local value = redis.call('GET', key)
+  function sliding_counter.load(index, limit, window)
+    local st = { key = KEYS[index], limit = limit, window = window, start = 0, cur = 0, prev = 0 }
+    local value = load_value(index, 24, 'sliding_counter')
     if value then
-      if #value ~= 24 then
-        error('slidegate: malformed sliding_counter state at ' .. key)
-      end
       st.start, st.cur, st.prev = bunpack('<ddd', value)
       st.existed = true
     end
@@ -101,7 +98,7 @@ local function build_sliding_counter()
 
   function sliding_counter.save(st, now, margin)
     local deadline = counter_deadline(st) or now
-    local value = bpack('<ddd', st.start, st.cur, st.prev)
+    local value = bpack('<dddB', st.start, st.cur, st.prev, 254)
     redis.call('SET', st.key, value, 'PX', format('%d', ttl_ms(deadline, now, margin)))
   end
   return sliding_counter
