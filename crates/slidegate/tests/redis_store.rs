@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::redis_log::{read_log, read_log_until};
+use common::redis_log::{encode_log, getranges_during, read_log, read_log_until};
 use common::redis_server::RedisServer;
 use redis::AsyncCommands;
 use slidegate::clock::ManualClock;
@@ -448,5 +448,119 @@ async fn a_key_and_the_same_key_as_a_hash_tag_are_two_keys() {
     for key in ["abc", "{abc}"] {
         let d = store.acquire(key, &[rule], 1).await.expect("a decision");
         assert!(!d.allowed(), "{key} holds its 2 units");
+    }
+}
+
+/// A log holding 1,000,000 expired records and 10 live ones (a busy key,
+/// then a long pause): one decision finds the first live record by search,
+/// reading O(log n) records, where a scan read every expired one (900k
+/// records kept Redis busy for 143 ms). Counted from Redis' side: the
+/// GETRANGE calls the script made, seen through MONITOR. Both script paths:
+/// one rule, and two rules (the batch code).
+#[test]
+fn a_decision_reads_logarithmically_many_of_a_million_expired_records() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let t0 = 1_763_800_000_000_000u64;
+    let rule = Rule::parse("2000000/1m").expect("a valid rule");
+    let other = Rule::parse("1999999/1m").expect("a valid rule");
+    let expired = 1_000_000u64;
+    let mut records: Vec<(u64, u64)> = (0..expired).map(|i| (t0 + 50 * i, 1)).collect();
+    records.extend((1..=10).map(|j| (t0 + 55_000_000 + j, 1)));
+    let log = encode_log(&records, rule.window_micros(), rule.limit());
+    let record_bytes = 7;
+    assert_eq!(log.len(), records.len() * record_bytes + 72);
+    // Every record but the 10 newest is more than a window old.
+    let clock = ManualClock::at(t0 + 55_000_000 + rule.window_micros());
+    let store = runtime
+        .block_on(
+            RedisStore::builder(server.url())
+                .client_clock(clock.clone())
+                .timeout(Duration::from_secs(10))
+                .build(),
+        )
+        .expect("the Redis store connects");
+    let mut conn = runtime.block_on(raw(&server));
+    server
+        .command(&["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+        .expect("CONFIG SET");
+    for (path, rules) in [("one rule", vec![rule]), ("two rules", vec![rule, other])] {
+        let (key, timed) = (
+            format!("long:{}", rules.len()),
+            format!("timed:{}", rules.len()),
+        );
+        runtime.block_on(async {
+            for r in &rules {
+                for k in [&key, &timed] {
+                    let _: () = conn
+                        .set(store.state_key(k, *r), log.as_slice())
+                        .await
+                        .expect("SET");
+                }
+            }
+        });
+        // Timed on one copy of the log, without MONITOR (it slows Redis
+        // down); counted on the other.
+        server
+            .command(&["SLOWLOG", "RESET"])
+            .expect("SLOWLOG RESET");
+        let timed_decision = runtime
+            .block_on(store.acquire(&timed, &rules, 1))
+            .expect("a decision");
+        assert!(timed_decision.allowed(), "{path}");
+        // The EVALSHA's own time in Redis, from SLOWLOG (everything is logged).
+        let script_micros: i64 = runtime.block_on(async {
+            let entries: Vec<Vec<redis::Value>> = redis::cmd("SLOWLOG")
+                .arg("GET")
+                .arg(100)
+                .query_async(&mut conn)
+                .await
+                .expect("SLOWLOG GET");
+            entries
+                .iter()
+                .filter(|e| {
+                    matches!(e.get(3), Some(redis::Value::Array(args))
+                        if matches!(args.first(), Some(redis::Value::BulkString(c)) if c.eq_ignore_ascii_case(b"evalsha")))
+                })
+                .filter_map(|e| match e.get(2) {
+                    Some(redis::Value::Int(micros)) => Some(*micros),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(-1)
+        });
+        let (decision, ranges) = getranges_during(server.port(), || {
+            runtime.block_on(store.acquire(&key, &rules, 1))
+        });
+        let decision = decision.expect("a decision");
+        let limit = rules.iter().map(|r| r.limit()).min().unwrap_or(0);
+        assert!(decision.allowed(), "{path}");
+        assert_eq!(decision.remaining(), limit - 11, "{path}");
+        eprintln!(
+            "{path}: {} GETRANGE calls, {} bytes; the decision took {script_micros} µs in Redis (SLOWLOG)",
+            ranges.len(),
+            ranges.iter().map(|(a, b)| b - a + 1).sum::<i64>()
+        );
+        // Records read past the header and its 64 bytes: the searches (a
+        // gallop and a bisection, log2(1M) = 20 steps each, per rule) and
+        // the compaction that keeps the 11 live records.
+        let records_read: i64 = ranges
+            .iter()
+            .filter(|(from, _)| *from >= 0)
+            .map(|(from, to)| (to - from + 1) / record_bytes as i64)
+            .sum();
+        let bound = rules.len() as i64 * (2 * 20 + 2 + 11);
+        assert!(
+            records_read <= bound,
+            "{path}: {records_read} records read of 1,000,010 (at most {bound})"
+        );
+        assert!(ranges.len() as i64 <= bound, "{path}: {ranges:?}");
+        let next = runtime
+            .block_on(store.acquire(&key, &rules, 1))
+            .expect("a decision");
+        assert_eq!(next.remaining(), limit - 12, "{path}");
     }
 }
