@@ -48,6 +48,7 @@ async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
         on_error: policy,
         timeout_ms: 50,
         clock: ClockMode::Server,
+        expiry_margin_ms: None,
         max_keys: MAX_KEYS,
         deny_cache_entries: 100_000,
     };

@@ -564,3 +564,67 @@ fn a_decision_reads_logarithmically_many_of_a_million_expired_records() {
         assert_eq!(next.remaining(), limit - 12, "{path}");
     }
 }
+
+/// Two processes on a client clock, one 5 s ahead of the other. The one
+/// ahead records at its time and sets the key's expiry on its clock; the
+/// one behind then records too, clamped to that newest record: the key
+/// must outlive that record on the clock behind (5 s longer), or the
+/// record is forgotten while it still counts there.
+#[tokio::test]
+async fn an_admission_clamped_to_a_newer_record_extends_the_expiry() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let t = 1_763_800_000_000_000u64;
+    let (ahead, behind) = (ManualClock::at(t + 5_000_000), ManualClock::at(t));
+    let open = |clock: &ManualClock| {
+        RedisStore::builder(server.url())
+            .client_clock(clock.clone())
+            .expiry_margin(Duration::from_millis(1))
+            .build()
+    };
+    let (ahead, behind) = (
+        open(&ahead).await.expect("connects"),
+        open(&behind).await.expect("connects"),
+    );
+    let rule = Rule::parse("5/10s").expect("a valid rule");
+    assert!(
+        ahead
+            .acquire("skew", &[rule], 1)
+            .await
+            .expect("a decision")
+            .allowed()
+    );
+    let key = ahead.state_key("skew", rule);
+    let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
+    assert!(ttl <= 10_002, "{ttl}");
+    assert!(
+        behind
+            .acquire("skew", &[rule], 1)
+            .await
+            .expect("a decision")
+            .allowed()
+    );
+    let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
+    assert!(
+        ttl > 14_900,
+        "the key expires in {ttl} ms: before the newest record leaves the window on the clock behind (15 s)"
+    );
+}
+
+#[tokio::test]
+async fn a_client_clock_keeps_keys_a_second_longer_by_default() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let store = RedisStore::builder(server.url())
+        .client_clock(ManualClock::at(1_763_800_000_000_000))
+        .build()
+        .await
+        .expect("connects");
+    let rule = Rule::parse("5/100ms").expect("a valid rule");
+    store.acquire("k", &[rule], 1).await.expect("a decision");
+    let ttl: i64 = conn.pttl(store.state_key("k", rule)).await.expect("PTTL");
+    assert!(
+        (1_050..=1_101).contains(&ttl),
+        "PTTL {ttl}: 100 ms + the 1 s margin"
+    );
+}

@@ -81,6 +81,7 @@ pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> B
         on_error: policy,
         timeout_ms,
         clock: ClockMode::Server,
+        expiry_margin_ms: None,
         max_keys: 1_000_000,
         deny_cache_entries: 100_000,
     };

@@ -60,6 +60,12 @@ pub const DEFAULT_PREFIX: &str = "slidegate";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// The default deadline of one connection attempt.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How much longer than needed Redis keeps an idle key by default, on
+/// Redis' clock: absorbs the rounding to Redis' millisecond expiry.
+pub const DEFAULT_EXPIRY_MARGIN: Duration = Duration::from_millis(1);
+/// The default expiry margin with a client clock: covers a skew of up to
+/// a second between the clocks of the processes sharing the limits.
+pub const DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
 /// Requests the multiplexed connection buffers before it applies
 /// backpressure (redis-rs' default of 50 throttles concurrent decisions).
 const PIPELINE_BUFFER: usize = 1024;
@@ -130,7 +136,7 @@ pub struct RedisStoreBuilder {
     timeout: Duration,
     connect_timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
-    margin: Duration,
+    margin: Option<Duration>,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -148,7 +154,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
                     "server"
                 },
             )
-            .field("expiry_margin", &self.margin)
+            .field("expiry_margin", &self.expiry_margin_or_default())
             .finish_non_exhaustive()
     }
 }
@@ -168,7 +174,7 @@ impl RedisStore {
             timeout: DEFAULT_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             clock: None,
-            margin: Duration::from_millis(1),
+            margin: None,
         }
     }
 
@@ -222,12 +228,17 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// How much longer than needed Redis keeps an idle key (default 1 ms,
-    /// which also absorbs the rounding to Redis' millisecond expiry). With
-    /// a client clock, raise it to the clock skew between app servers, so
-    /// a key does not expire while a server whose clock lags still needs it.
+    /// How much longer than needed Redis keeps an idle key: default
+    /// [`DEFAULT_EXPIRY_MARGIN`] (1 ms, the rounding to Redis' millisecond
+    /// expiry) on Redis' clock, [`DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN`] (1 s)
+    /// with a client clock. A key's expiry is measured on the clock of the
+    /// process that last moved it: with a client clock, a process whose
+    /// clock is ahead sets it early for one whose clock lags, by the skew.
+    /// The margin must cover the largest skew between the processes that
+    /// share the limits, or a key can expire while a lagging process still
+    /// counts its records.
     pub fn expiry_margin(mut self, margin: Duration) -> Self {
-        self.margin = margin;
+        self.margin = Some(margin);
         self
     }
 
@@ -251,6 +262,8 @@ impl RedisStoreBuilder {
         if self.timeout.is_zero() || self.connect_timeout.is_zero() {
             return Err(Error::Config("timeouts must be longer than zero".into()));
         }
+        let margin_ms =
+            u64::try_from(self.expiry_margin_or_default().as_millis()).unwrap_or(u64::MAX);
         let connection = match cluster_nodes(&self.url)? {
             Some(nodes) => self.cluster(nodes)?,
             None => self.node()?,
@@ -260,9 +273,18 @@ impl RedisStoreBuilder {
                 connection,
                 prefix: self.prefix,
                 timeout: self.timeout,
+                margin_ms,
                 clock: self.clock,
-                margin_ms: u64::try_from(self.margin.as_millis()).unwrap_or(u64::MAX),
             }),
+        })
+    }
+
+    /// The margin set, or the default for the clock.
+    fn expiry_margin_or_default(&self) -> Duration {
+        self.margin.unwrap_or(if self.clock.is_some() {
+            DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN
+        } else {
+            DEFAULT_EXPIRY_MARGIN
         })
     }
 
