@@ -60,7 +60,9 @@ pub enum Error {
         /// The configured bound.
         max_keys: usize,
     },
-    /// An atomic decision over keys that live in different Redis Cluster slots.
+    /// An atomic decision over keys that live in different Redis Cluster
+    /// slots, by a store that cannot make one. The Redis store of this
+    /// crate decides such batches slot by slot with compensation instead.
     #[error(
         "keys {first:?} and {other:?} have different hash tags: an atomic decision needs one slot (put a common {{tag}} in the keys)"
     )]

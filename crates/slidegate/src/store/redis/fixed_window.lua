@@ -59,6 +59,21 @@ local function build_fixed_window()
     local value = bpack('<ddB', st.start, st.count, 254)
     redis.call('SET', st.key, value, 'PX', format('%d', ttl_ms(deadline, now, margin)))
   end
+  -- What a cross-slot undo needs: the window the cost was counted in.
+  function fixed_window.mark(st)
+    return st.start
+  end
+
+  -- Takes back c counted in the window starting at start, if that window
+  -- is still the one kept: counts add up, so this is exact.
+  function fixed_window.undo(st, now, margin, start, c)
+    if st.start ~= start then
+      return
+    end
+    st.count = math.max(st.count - c, 0)
+    fixed_window.save(st, now, margin)
+  end
+
   return fixed_window
 end
 

@@ -91,6 +91,33 @@ local function build_gcra()
     local ttl = ttl_ms(gcra_ceil(st.q, st.r), now, margin)
     redis.call('SET', st.key, bpack('<ddB', st.q, st.r, 254), 'PX', format('%d', ttl))
   end
+  -- What a cross-slot undo needs: when the cost was admitted.
+  function gcra.mark(_, now)
+    return now
+  end
+
+  -- Takes back what is left of c units admitted at t: their emission
+  -- intervals c * W / L, less the time since t, and nothing once that much
+  -- time has passed. Why this never lets more through than if they had
+  -- never been admitted: see cross_slot.rs.
+  function gcra.undo(st, now, margin, t, c)
+    local L, W = st.limit, st.window
+    local cq, cr = muldiv(c, W, L)
+    local elapsed = now - t
+    if elapsed < 0 then
+      elapsed = 0
+    end
+    if cq < elapsed or (cq == elapsed and cr == 0) then
+      return
+    end
+    local q, r = st.q - (cq - elapsed), st.r - cr
+    if r < 0 then
+      q, r = q - 1, r + L
+    end
+    st.q, st.r = q, r
+    gcra.save(st, now, margin)
+  end
+
   return gcra
 end
 

@@ -16,8 +16,21 @@
 //!   hash tag is kept as is, after a `t:` (`slidegate:v2:t:user:{42}:login:100/1m`),
 //!   so `X` and `{X}` are two keys here as in the memory store. `v2` is the
 //!   version of the stored format: old and new formats never meet. All
-//!   rules of one key share a cluster slot; a batch over keys with
-//!   different tags is refused in a cluster with [`Error::CrossSlot`].
+//!   rules of one key share a cluster slot.
+//! - **All or nothing across slots.** On a cluster, a batch over keys in
+//!   several slots is decided slot by slot, in slot order, stopping at the
+//!   first slot that denies, and the slots that recorded are undone (in a
+//!   task of their own, so even when the caller's future is dropped) when
+//!   a later one denies or fails: a denied batch leaves no charge, and
+//!   concurrent decisions may be denied meanwhile (never admitted) by a
+//!   charge about to be undone. `cross_slot.rs` has the details and, per
+//!   algorithm, why an undo never lets more through.
+//! - **One breaker per master.** Inside a
+//!   [`ResilientStore`](crate::store::resilient::ResilientStore), each call
+//!   goes through the circuit breaker of the master that serves its slot
+//!   (from `CLUSTER SLOTS`, fetched again every second while in use and
+//!   after failures): a dead master degrades only its own keys. The store
+//!   is ready while some master answers.
 //! - **Compact state, little Redis CPU.** A sliding log is one binary
 //!   STRING: fixed-size records (time and running total, each truncated to
 //!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
@@ -44,15 +57,19 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
 use self::keys::{is_state_of, scan_pattern};
-use self::script::Plan;
-use super::{Hit, Store, check_cost, slot_key, validate_key};
+use self::script::{Plan, Step};
+use self::topology::{Topology, slot_of};
+use super::resilient::gate;
+use super::{Hit, Store, check_cost, validate_key};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
+mod cross_slot;
 mod keys;
 mod script;
+mod topology;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "slidegate";
@@ -100,6 +117,8 @@ struct Inner {
     timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
     margin_ms: u64,
+    /// Which master serves which slot (a cluster only).
+    topology: Option<Arc<Topology>>,
 }
 
 #[derive(Clone)]
@@ -270,6 +289,7 @@ impl RedisStoreBuilder {
         };
         Ok(RedisStore {
             inner: Arc::new(Inner {
+                topology: matches!(connection, Connection::Cluster(_)).then(Topology::new),
                 connection,
                 prefix: self.prefix,
                 timeout: self.timeout,
@@ -405,9 +425,48 @@ impl Inner {
         }
     }
 
-    async fn run(&self, plan: &Plan) -> Result<Vec<Decision>> {
+    /// The master serving the slot of `key`, when this is a cluster, a
+    /// resilient store asks (see `resilient/gate.rs`) and the slot map
+    /// knows it.
+    fn node_of(&self, key: &str) -> Option<Arc<str>> {
+        let (Some(topology), Connection::Cluster(connection)) = (&self.topology, &self.connection)
+        else {
+            return None;
+        };
+        if !gate::active() {
+            return None;
+        }
+        topology.refresh_if_due(connection, false);
+        topology.node_of(slot_of(key))
+    }
+
+    /// Runs one call of `plan` (all its keys in one slot), through the
+    /// circuit breaker of the node that serves it when there is one.
+    async fn run(&self, plan: &Plan, step: Option<(Step, &str)>) -> Result<Vec<Decision>> {
+        let node = plan.keys.first().and_then(|key| self.node_of(key));
+        let permit = match &node {
+            Some(node) => gate::enter(node)?,
+            None => None,
+        };
+        let result = self.run_unguarded(plan, step).await;
+        gate::settle(permit, &result);
+        if let (Err(error), Some(topology), Connection::Cluster(connection)) =
+            (&result, &self.topology, &self.connection)
+            && error.is_store_failure()
+        {
+            topology.refresh_if_due(connection, true);
+        }
+        result
+    }
+
+    /// Runs one call of `plan`, on no breaker's account.
+    async fn run_unguarded(
+        &self,
+        plan: &Plan,
+        step: Option<(Step, &str)>,
+    ) -> Result<Vec<Decision>> {
         let now = self.clock.as_ref().map(|c| c.now_micros());
-        let call = plan.invocation(now, self.margin_ms);
+        let call = plan.invocation(now, self.margin_ms, step);
         let reply = match tokio::time::timeout(self.timeout, self.invoke(&call)).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => return Err(plan.conflict(&e).unwrap_or_else(|| self.store_error(e))),
@@ -461,10 +520,13 @@ impl Store for RedisStore {
         check_cost(rules, cost)?;
         let hits: Vec<(&str, Rule, u64)> = rules.iter().map(|&r| (key, r, cost)).collect();
         let plan = Plan::new(&self.inner.prefix, &hits)?;
-        let decisions = self.inner.run(&plan).await?;
+        let decisions = self.inner.run(&plan, None).await?;
         Decision::combine(&decisions).ok_or(Error::NoRules)
     }
 
+    /// Decides `hits` all-or-nothing. On a cluster, hits whose keys live in
+    /// several slots are decided slot by slot, and undone where recorded
+    /// when another slot denies or fails (see the module documentation).
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
         if hits.is_empty() {
             return Err(Error::NoRules);
@@ -479,15 +541,12 @@ impl Store for RedisStore {
             hits.iter().map(|h| (h.key, h.rule, h.cost)).collect();
         let plan = Plan::new(&self.inner.prefix, &resolved)?;
         if self.is_cluster() {
-            let first = hits[0].key;
-            if let Some(other) = hits.iter().find(|h| slot_key(h.key) != slot_key(first)) {
-                return Err(Error::CrossSlot {
-                    first: first.to_owned(),
-                    other: other.key.to_owned(),
-                });
+            let first = slot_of(hits[0].key);
+            if hits.iter().any(|h| slot_of(h.key) != first) {
+                return cross_slot::decide(&self.inner, &resolved).await;
             }
         }
-        self.inner.run(&plan).await
+        self.inner.run(&plan, None).await
     }
 
     /// Deletes every rule's state of `key`.
@@ -526,14 +585,75 @@ impl Store for RedisStore {
         }
     }
 
+    /// A single Redis: it answers `PING`. A cluster: some master does
+    /// (every master known, asked at once; the one that serves the slot
+    /// of the key `ready` until the slot map is known). A cluster with a
+    /// master down still decides the other masters' keys, and every
+    /// instance of a service sees the same cluster: reporting them all
+    /// unready would take them all out of a load balancer for the keys of
+    /// one master.
     async fn ready(&self) -> Result<()> {
-        let pong: String = self.inner.query(&redis::cmd("PING"), "ready").await?;
+        let inner = &*self.inner;
+        if let (Some(topology), Connection::Cluster(connection)) =
+            (&inner.topology, &inner.connection)
+        {
+            topology.refresh_if_due(connection, false);
+            let masters = topology.masters();
+            if !masters.is_empty() {
+                return any_master_answers(connection, masters, inner.timeout).await;
+            }
+        }
+        let pong: String = inner.query(&redis::cmd("PING"), "ready").await?;
         if pong == "PONG" {
             Ok(())
         } else {
             Err(Error::Store(format!("PING answered {pong:?}")))
         }
     }
+}
+
+/// `Ok` as soon as one of `masters` answers `PING` within `timeout`.
+async fn any_master_answers(
+    connection: &ClusterConnection,
+    masters: Vec<Arc<str>>,
+    timeout: Duration,
+) -> Result<()> {
+    let mut pings = tokio::task::JoinSet::new();
+    for master in masters {
+        let Some((host, port)) = master
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+        else {
+            continue;
+        };
+        let mut connection = connection.clone();
+        pings.spawn(async move {
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+            let pong = tokio::time::timeout(
+                timeout,
+                connection.route_command(redis::cmd("PING"), routing),
+            )
+            .await;
+            match pong {
+                Ok(Ok(redis::Value::SimpleString(pong))) if pong == "PONG" => Ok(()),
+                Ok(Ok(other)) => Err(format!("{master}: PING answered {other:?}")),
+                Ok(Err(e)) => Err(format!("{master}: {}", describe(&e))),
+                Err(_) => Err(format!("{master}: no answer within {timeout:?}")),
+            }
+        });
+    }
+    let mut failures = Vec::new();
+    while let Some(answer) = pings.join_next().await {
+        match answer {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(failure)) => failures.push(failure),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    Err(Error::Store(format!(
+        "no cluster master answers: {}",
+        failures.join("; ")
+    )))
 }
 
 #[cfg(test)]

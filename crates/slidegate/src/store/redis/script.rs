@@ -12,6 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -44,6 +45,24 @@ const COMPACT_SHIFT: u32 = 26;
 /// The largest expiry margin sent, in ms (about 35 years): keeps the
 /// script's TTL arithmetic exact and within what PEXPIRE accepts.
 const MAX_MARGIN_MS: u64 = 1 << 40;
+
+/// How a step of a cross-slot decision is told apart from a plain call.
+const STEP_SCALE: f64 = 1_048_576.0;
+/// How long the journal of a cross-slot step (and the tombstone an undo
+/// leaves) lives in Redis: the undo of a step is tried within it.
+pub(crate) const JOURNAL_LIFETIME: Duration = Duration::from_secs(2);
+
+/// A step of a decision over several slots (see `cross_slot.rs` and
+/// `main.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Decide and record, writing the journal, unless already undone.
+    Record = 1,
+    /// Decide without recording.
+    Check = 2,
+    /// Take back what the journal says, once; then decide as a check.
+    Undo = 3,
+}
 
 pub(crate) static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(SCRIPT_TEXT));
@@ -138,41 +157,63 @@ impl Plan {
     /// Redis' clock), the expiry margin (ms) and the number of hits; then
     /// for one hit its algorithm code, limit, window (µs) and cost, and for
     /// several, per hit its KEYS index (from 1), algorithm code, limit,
-    /// window, cost and checked cost.
+    /// window, cost and checked cost. A cross-slot step (see [`Step`])
+    /// always uses the second layout, says its step in the number of hits
+    /// (`-(step * 2^20 + hits)`), ends with the journal's lifetime (ms), and
+    /// adds the journal's key last to KEYS.
     pub(crate) fn invocation(
         &self,
         now: Option<u64>,
         margin_ms: u64,
+        step: Option<(Step, &str)>,
     ) -> redis::ScriptInvocation<'static> {
         let mut call = SCRIPT.prepare_invoke();
         for key in &self.keys {
             call.key(key.as_str());
         }
-        let mut spec = Vec::with_capacity(NUMBER * (3 + 6 * self.hits.len()));
+        if let Some((_, journal)) = step {
+            call.key(journal);
+        }
+        let mut spec = Vec::with_capacity(NUMBER * (4 + 6 * self.hits.len()));
         let mut put = |x: f64| spec.extend_from_slice(&x.to_le_bytes());
         // Times, limits, windows and costs are all below 2^53 (times by
         // more than a century), so `as f64` is exact.
         put(now.map_or(-1.0, |now| now as f64));
         put(margin_ms.min(MAX_MARGIN_MS) as f64);
-        put(self.hits.len() as f64);
-        if let [hit] = self.hits.as_slice() {
-            // One hit: its key is KEYS[1] and it checks its own cost.
-            put(f64::from(algorithm_code(hit.rule.algorithm())));
-            put(hit.rule.limit() as f64);
-            put(hit.rule.window_micros() as f64);
-            put(hit.cost as f64);
-        } else {
-            for hit in &self.hits {
-                put((hit.key_index + 1) as f64);
+        let n = self.hits.len() as f64;
+        put(match step {
+            Some((step, _)) => -(f64::from(step as u8) * STEP_SCALE + n),
+            None => n,
+        });
+        match (self.hits.as_slice(), step) {
+            ([hit], None) => {
+                // One hit: its key is KEYS[1] and it checks its own cost.
                 put(f64::from(algorithm_code(hit.rule.algorithm())));
                 put(hit.rule.limit() as f64);
                 put(hit.rule.window_micros() as f64);
                 put(hit.cost as f64);
-                put(hit.asked as f64);
             }
+            _ => {
+                for hit in &self.hits {
+                    put((hit.key_index + 1) as f64);
+                    put(f64::from(algorithm_code(hit.rule.algorithm())));
+                    put(hit.rule.limit() as f64);
+                    put(hit.rule.window_micros() as f64);
+                    put(hit.cost as f64);
+                    put(hit.asked as f64);
+                }
+            }
+        }
+        if step.is_some() {
+            put(JOURNAL_LIFETIME.as_millis() as f64);
         }
         call.arg(spec);
         call
+    }
+
+    /// True when some hit consumes (a cost above 0).
+    pub(crate) fn consumes(&self) -> bool {
+        self.hits.iter().any(|h| h.cost > 0)
     }
 
     /// The script's reply as one decision per hit.

@@ -101,6 +101,25 @@ local function build_sliding_counter()
     local value = bpack('<dddB', st.start, st.cur, st.prev, 254)
     redis.call('SET', st.key, value, 'PX', format('%d', ttl_ms(deadline, now, margin)))
   end
+  -- What a cross-slot undo needs: the window the cost was counted in.
+  function sliding_counter.mark(st)
+    return st.start
+  end
+
+  -- Takes back c counted in the window starting at start: from the current
+  -- count, or from the previous one once the window has moved on by one
+  -- (counts add up, so this is exact); older, it no longer counts.
+  function sliding_counter.undo(st, now, margin, start, c)
+    if st.start == start then
+      st.cur = math.max(st.cur - c, 0)
+    elseif st.start == start + st.window then
+      st.prev = math.max(st.prev - c, 0)
+    else
+      return
+    end
+    sliding_counter.save(st, now, margin)
+  end
+
   return sliding_counter
 end
 

@@ -288,5 +288,61 @@ local function build_sliding_log()
     end
   end
 
+  -- What a cross-slot undo needs to find this call's record: its time.
+  function sliding_log.mark(st)
+    return st.nt
+  end
+
+  -- Takes back c of the record made at time t, if it is still in the log
+  -- (a reset or its expiry may have removed it): that record and every
+  -- later one hold their running total c lower, so usage drops by c as if
+  -- it had never been admitted, and no other admission changes. A record
+  -- that held only this cost stays, costing 0, until it expires.
+  function sliding_log.undo(st, _, _, t, c)
+    if not st.live or t > st.nt or t < st.o1 then
+      return
+    end
+    local rec = st.ow + st.tw
+    local lo, hi = 0, (st.e - st.s) / rec - 1
+    while lo < hi do
+      local mid = lo + math.floor((hi - lo) / 2)
+      if (record_at(st, st.s + mid * rec, 1)) < t then
+        lo = mid + 1
+      else
+        hi = mid
+      end
+    end
+    local p = st.s + lo * rec
+    local at, total = record_at(st, p, 1)
+    if at ~= t then
+      return
+    end
+    local before = st.H
+    if p > st.s then
+      local _
+      _, before = record_at(st, p - rec, 1)
+    end
+    if total - before < c then
+      return
+    end
+    local tail
+    if p >= st.rawstart then
+      tail = string.sub(st.raw, p - st.rawstart + 1, st.e - st.rawstart)
+    else
+      tail = redis.call('GETRANGE', st.key, format('%d', p), format('%d', st.e - 1))
+    end
+    local records = {}
+    for from = 1, #tail, rec do
+      local offset, stored = bunpack(st.fmt, tail, from)
+      records[#records + 1] = bpack(st.fmt, offset, (stored - c) % st.MT)
+    end
+    st.nT = st.nT - c
+    if p == st.s then
+      st.T1 = st.T1 - c
+    end
+    redis.call('SETRANGE', st.key, format('%d', p), table.concat(records) .. bpack('<ddddddddc5BBB',
+      st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw, 254))
+  end
+
   return sliding_log
 end

@@ -93,6 +93,15 @@ impl Gate {
     }
 }
 
+/// The start of the error of a call refused by a node's open circuit.
+const REFUSED: &str = "circuit open for Redis node ";
+
+/// True inside a resilient store's call: a store that knows its nodes
+/// should ask the gate before it calls one.
+pub(crate) fn active() -> bool {
+    GATE.try_with(|_| ()).is_ok()
+}
+
 /// Leave to call `node` now: `Ok(None)` outside a resilient store (no
 /// breaker to ask), `Ok(Some(permit))` to be settled with the node's
 /// verdict, or a store failure when the node's circuit is open.
@@ -103,16 +112,30 @@ pub(crate) fn enter(node: &str) -> Result<Option<Permit>, Error> {
             .breaker(node)
             .permit(gate.deadline)
             .map(Some)
-            .ok_or_else(|| Error::Store(format!("Redis node {node}: circuit open")))
+            .ok_or_else(|| refusal(node))
     })
     .unwrap_or(Ok(None))
 }
 
+/// The error of a call to `node` refused by its open circuit.
+pub(crate) fn refusal(node: &str) -> Error {
+    Error::Store(format!("{REFUSED}{node}"))
+}
+
+/// True when `error` is a refusal by an open circuit: nothing was sent.
+pub(crate) fn is_refusal(error: &Error) -> bool {
+    matches!(error, Error::Store(message) if message.starts_with(REFUSED))
+}
+
 /// True when a call to `node` would be refused now (asked before a
-/// decision that spans nodes records anything).
+/// decision that spans nodes records anything). Counts as asking: the
+/// verdicts of this call go to the nodes.
 pub(crate) fn refuses(node: &str) -> bool {
-    GATE.try_with(|gate| gate.nodes.breaker(node).refuses())
-        .unwrap_or(false)
+    GATE.try_with(|gate| {
+        gate.by_node.store(true, Ordering::Release);
+        gate.nodes.breaker(node).refuses()
+    })
+    .unwrap_or(false)
 }
 
 /// Settles a node permit with a call's result: the node answered (even
