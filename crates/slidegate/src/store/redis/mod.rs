@@ -58,7 +58,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 
 use self::keys::{is_state_of, scan_pattern};
 use self::script::{Plan, Step};
-use self::topology::{Topology, slot_of};
+use self::topology::{NodeUrl, Topology, slot_of};
 use super::resilient::gate;
 use super::{Hit, Store, check_cost, validate_key};
 use crate::clock::Clock;
@@ -283,13 +283,22 @@ impl RedisStoreBuilder {
         }
         let margin_ms =
             u64::try_from(self.expiry_margin_or_default().as_millis()).unwrap_or(u64::MAX);
-        let connection = match cluster_nodes(&self.url)? {
-            Some(nodes) => self.cluster(nodes)?,
-            None => self.node()?,
+        let (connection, topology) = match cluster_nodes(&self.url)? {
+            Some((url, hosts)) => {
+                let connection = self.cluster(&url, &hosts)?;
+                let connect_timeout = self.connect_timeout;
+                let topology = Topology::new(
+                    hosts.iter().map(|h| h.as_str().into()).collect(),
+                    url,
+                    Box::new(move |node_url| manager(node_url, connect_timeout)),
+                );
+                (connection, Some(topology))
+            }
+            None => (self.node()?, None),
         };
         Ok(RedisStore {
             inner: Arc::new(Inner {
-                topology: matches!(connection, Connection::Cluster(_)).then(Topology::new),
+                topology,
                 connection,
                 prefix: self.prefix,
                 timeout: self.timeout,
@@ -314,21 +323,11 @@ impl RedisStoreBuilder {
                 "expected a redis://, rediss:// or redis+cluster:// URL".into(),
             ));
         }
-        install_tls_provider(&self.url);
-        let client = redis::Client::open(self.url.as_str()).map_err(config_error)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            // `Inner::within` bounds every call, reconnection included; a
-            // second timer per call inside redis-rs would only cost time.
-            .set_response_timeout(None)
-            .set_pipeline_buffer_size(PIPELINE_BUFFER)
-            .set_max_delay(RECONNECT_MAX_DELAY);
-        let manager =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)?;
-        Ok(Connection::Node(manager))
+        Ok(Connection::Node(manager(&self.url, self.connect_timeout)?))
     }
 
-    fn cluster(&self, nodes: Vec<String>) -> Result<Connection> {
+    fn cluster(&self, url: &NodeUrl, hosts: &[String]) -> Result<Connection> {
+        let nodes: Vec<String> = hosts.iter().map(|h| url.of(h)).collect();
         if let Some(first) = nodes.first() {
             install_tls_provider(first);
         }
@@ -343,9 +342,24 @@ impl RedisStoreBuilder {
     }
 }
 
-/// The node URLs of a `redis+cluster://` (or `rediss+cluster://`) URL, or
-/// `None` for a single node's URL.
-fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
+/// A connection to one node that reconnects by itself: a single Redis, or
+/// one master of a cluster.
+fn manager(url: &str, connect_timeout: Duration) -> Result<ConnectionManager> {
+    install_tls_provider(url);
+    let client = redis::Client::open(url).map_err(config_error)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        // `Inner::within` bounds every call, reconnection included; a
+        // second timer per call inside redis-rs would only cost time.
+        .set_response_timeout(None)
+        .set_pipeline_buffer_size(PIPELINE_BUFFER)
+        .set_max_delay(RECONNECT_MAX_DELAY);
+    ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)
+}
+
+/// The way to a node of a `redis+cluster://` (or `rediss+cluster://`) URL
+/// and its nodes (`host:port`), or `None` for a single node's URL.
+fn cluster_nodes(url: &str) -> Result<Option<(NodeUrl, Vec<String>)>> {
     let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
         ("redis", rest)
     } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
@@ -361,18 +375,18 @@ fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
         Some((hosts, path)) => (hosts, format!("/{path}")),
         None => (hosts, String::new()),
     };
-    let nodes: Vec<String> = hosts
+    let hosts: Vec<String> = hosts
         .split(',')
         .map(str::trim)
         .filter(|h| !h.is_empty())
-        .map(|h| format!("{scheme}://{auth}{h}{path}"))
+        .map(str::to_owned)
         .collect();
-    if nodes.is_empty() {
+    if hosts.is_empty() {
         return Err(Error::Config(
             "a redis+cluster:// URL needs at least one host:port".into(),
         ));
     }
-    Ok(Some(nodes))
+    Ok(Some((NodeUrl { scheme, auth, path }, hosts)))
 }
 
 /// redis-rs builds its rustls configuration with the process' default
@@ -385,6 +399,13 @@ fn install_tls_provider(url: &str) {
 
 fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
+}
+
+fn is_redirect(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)
+    )
 }
 
 fn config_error(e: redis::RedisError) -> Error {
@@ -429,14 +450,11 @@ impl Inner {
     /// resilient store asks (see `resilient/gate.rs`) and the slot map
     /// knows it.
     fn node_of(&self, key: &str) -> Option<Arc<str>> {
-        let (Some(topology), Connection::Cluster(connection)) = (&self.topology, &self.connection)
-        else {
-            return None;
-        };
+        let topology = self.topology.as_ref()?;
         if !gate::active() {
             return None;
         }
-        topology.refresh_if_due(connection, false);
+        topology.refresh_if_due(false);
         topology.node_of(slot_of(key))
     }
 
@@ -450,11 +468,10 @@ impl Inner {
         };
         let result = self.run_unguarded(plan, step).await;
         gate::settle(permit, &result);
-        if let (Err(error), Some(topology), Connection::Cluster(connection)) =
-            (&result, &self.topology, &self.connection)
+        if let (Err(error), Some(topology)) = (&result, &self.topology)
             && error.is_store_failure()
         {
-            topology.refresh_if_due(connection, true);
+            topology.refresh_if_due(true);
         }
         result
     }
@@ -467,7 +484,8 @@ impl Inner {
     ) -> Result<Vec<Decision>> {
         let now = self.clock.as_ref().map(|c| c.now_micros());
         let call = plan.invocation(now, self.margin_ms, step);
-        let reply = match tokio::time::timeout(self.timeout, self.invoke(&call)).await {
+        let route = plan.keys.first().map_or("", String::as_str);
+        let reply = match tokio::time::timeout(self.timeout, self.invoke(&call, route)).await {
             Ok(Ok(reply)) => reply,
             Ok(Err(e)) => return Err(plan.conflict(&e).unwrap_or_else(|| self.store_error(e))),
             Err(_) => return Err(Error::Timeout(self.timeout)),
@@ -480,17 +498,51 @@ impl Inner {
     /// NOSCRIPT too, and the call is retried a few more times (the script
     /// did not run, so nothing is applied twice). Any other error, and a
     /// timeout, is never retried.
-    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<redis::Value> {
+    ///
+    /// On a cluster the call goes to the master that serves the slot of
+    /// `route` (a key of the call) over that master's own connection (see
+    /// `topology.rs`); when the slot moved (`MOVED`, `ASK`), or the map is
+    /// not known yet, through the cluster connection, which follows it.
+    async fn invoke(
+        &self,
+        call: &redis::ScriptInvocation<'_>,
+        route: &str,
+    ) -> redis::RedisResult<redis::Value> {
         let mut retries = 0;
         loop {
             let result = match &self.connection {
                 Connection::Node(c) => call.invoke_async(&mut c.clone()).await,
-                Connection::Cluster(c) => call.invoke_async(&mut c.clone()).await,
+                Connection::Cluster(cluster) => match self.master_connection(route) {
+                    Some(mut master) => match call.invoke_async(&mut master).await {
+                        Err(e) if is_redirect(&e) => {
+                            self.slots_moved();
+                            call.invoke_async(&mut cluster.clone()).await
+                        }
+                        other => other,
+                    },
+                    None => call.invoke_async(&mut cluster.clone()).await,
+                },
             };
             match result {
                 Err(e) if retries < NOSCRIPT_RETRIES && is_noscript(&e) => retries += 1,
                 other => return other,
             }
+        }
+    }
+
+    /// The connection to the master serving `key`'s slot, when the slot
+    /// map knows it.
+    fn master_connection(&self, key: &str) -> Option<ConnectionManager> {
+        let topology = self.topology.as_ref()?;
+        topology.refresh_if_due(false);
+        let node = topology.node_of(slot_of(key))?;
+        topology.connection(&node).ok()
+    }
+
+    /// A slot answered from another node than the map said: fetch it again.
+    fn slots_moved(&self) {
+        if let Some(topology) = &self.topology {
+            topology.refresh_if_due(true);
         }
     }
 
@@ -502,6 +554,18 @@ impl Inner {
         match &self.connection {
             Connection::Node(c) => self.within(cmd.query_async(&mut c.clone())).await,
             Connection::Cluster(c) => {
+                if let Some(mut master) = self.master_connection(route_key) {
+                    return match tokio::time::timeout(self.timeout, cmd.query_async(&mut master))
+                        .await
+                    {
+                        Ok(Err(e)) if is_redirect(&e) => {
+                            self.slots_moved();
+                            Err(self.store_error(e))
+                        }
+                        Ok(other) => other.map_err(|e| self.store_error(e)),
+                        Err(_) => Err(Error::Timeout(self.timeout)),
+                    };
+                }
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::with_key(route_key, SlotAddr::Master),
                 ));
@@ -594,13 +658,11 @@ impl Store for RedisStore {
     /// one master.
     async fn ready(&self) -> Result<()> {
         let inner = &*self.inner;
-        if let (Some(topology), Connection::Cluster(connection)) =
-            (&inner.topology, &inner.connection)
-        {
-            topology.refresh_if_due(connection, false);
+        if let Some(topology) = &inner.topology {
+            topology.refresh_if_due(false);
             let masters = topology.masters();
             if !masters.is_empty() {
-                return any_master_answers(connection, masters, inner.timeout).await;
+                return any_master_answers(topology, masters, inner.timeout).await;
             }
         }
         let pong: String = inner.query(&redis::cmd("PING"), "ready").await?;
@@ -614,35 +676,34 @@ impl Store for RedisStore {
 
 /// `Ok` as soon as one of `masters` answers `PING` within `timeout`.
 async fn any_master_answers(
-    connection: &ClusterConnection,
+    topology: &Topology,
     masters: Vec<Arc<str>>,
     timeout: Duration,
 ) -> Result<()> {
     let mut pings = tokio::task::JoinSet::new();
+    let mut failures = Vec::new();
     for master in masters {
-        let Some((host, port)) = master
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
-        else {
-            continue;
+        let mut connection = match topology.connection(&master) {
+            Ok(connection) => connection,
+            Err(e) => {
+                failures.push(format!("{master}: {e}"));
+                continue;
+            }
         };
-        let mut connection = connection.clone();
         pings.spawn(async move {
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
             let pong = tokio::time::timeout(
                 timeout,
-                connection.route_command(redis::cmd("PING"), routing),
+                redis::cmd("PING").query_async::<String>(&mut connection),
             )
             .await;
             match pong {
-                Ok(Ok(redis::Value::SimpleString(pong))) if pong == "PONG" => Ok(()),
+                Ok(Ok(pong)) if pong == "PONG" => Ok(()),
                 Ok(Ok(other)) => Err(format!("{master}: PING answered {other:?}")),
                 Ok(Err(e)) => Err(format!("{master}: {}", describe(&e))),
                 Err(_) => Err(format!("{master}: no answer within {timeout:?}")),
             }
         });
     }
-    let mut failures = Vec::new();
     while let Some(answer) = pings.join_next().await {
         match answer {
             Ok(Ok(())) => return Ok(()),
@@ -660,20 +721,25 @@ async fn any_master_answers(
 mod tests {
     use super::*;
 
+    fn node_urls(url: &str) -> Option<Vec<String>> {
+        let (template, hosts) = cluster_nodes(url).ok()??;
+        Some(hosts.iter().map(|h| template.of(h)).collect())
+    }
+
     #[test]
     fn cluster_urls_list_every_node_with_the_credentials() {
         assert_eq!(
-            cluster_nodes("redis+cluster://u:p@h1:7000,h2:7001").ok(),
-            Some(Some(vec![
+            node_urls("redis+cluster://u:p@h1:7000,h2:7001"),
+            Some(vec![
                 "redis://u:p@h1:7000".to_owned(),
                 "redis://u:p@h2:7001".to_owned()
-            ]))
+            ])
         );
         assert_eq!(
-            cluster_nodes("rediss+cluster://h1:7000/").ok(),
-            Some(Some(vec!["rediss://h1:7000/".to_owned()]))
+            node_urls("rediss+cluster://h1:7000/"),
+            Some(vec!["rediss://h1:7000/".to_owned()])
         );
-        assert_eq!(cluster_nodes("redis://h1:6379").ok(), Some(None));
+        assert!(matches!(cluster_nodes("redis://h1:6379"), Ok(None)));
         assert!(matches!(
             cluster_nodes("redis+cluster://"),
             Err(Error::Config(_))

@@ -1,21 +1,32 @@
-//! Which Redis Cluster master serves which slot, so that the failures of
-//! one master are charged to that master alone (one circuit breaker per
-//! node, see `resilient/gate.rs`), and readiness can ask every master.
+//! Which Redis Cluster master serves which slot, and one connection per
+//! master, so that a dead master costs only its own keys.
 //!
-//! redis-rs routes every command itself and follows `MOVED`; this map only
-//! names the node a decision goes to. It is fetched with `CLUSTER SLOTS`
-//! from any node: on first use, then at most once a second while calls are
-//! made, and soon after a call fails (a failover moves slots to a replica:
-//! its keys then go to a new node, with a breaker of its own).
+//! redis-rs' cluster connection routes every command itself, but when a
+//! master dies under load it rebuilds its slot map again and again while
+//! holding every request, the live masters' included: in this project's
+//! fault test every call to the two live masters of a 3-master cluster
+//! timed out for the 3 s one master was down (redis-rs 1.8.1). Decisions
+//! therefore go to the master that serves their slot over a connection of
+//! that master's own (a [`ConnectionManager`], which reconnects by itself),
+//! with one circuit breaker per master (see `resilient/gate.rs`); the
+//! cluster connection is kept for what it does well, following `MOVED`
+//! and `ASK` while slots move.
+//!
+//! The map comes from `CLUSTER SLOTS`, asked of any master known or any
+//! node of the URL: on first use, then at most once a second while calls
+//! are made, and soon after a call fails or is redirected (a failover
+//! moves slots to a replica: its keys then go to a new master, with a
+//! connection and a breaker of its own).
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use parking_lot::RwLock;
-use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use parking_lot::{Mutex, RwLock};
+use redis::aio::ConnectionManager;
 
+use crate::error::Result;
 use crate::store::slot_key;
 
 /// Slots in a Redis Cluster.
@@ -24,8 +35,8 @@ const SLOTS: u16 = 16_384;
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// How soon after the last fetch a failure may fetch again.
 const REFRESH_AFTER_FAILURE: Duration = Duration::from_millis(100);
-/// Nodes asked in one fetch before giving up until the next.
-const FETCH_TRIES: usize = 3;
+/// How long one node is given to answer `CLUSTER SLOTS`.
+const FETCH_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, or of
 /// the whole key, modulo 16384. A Redis key named by `keys.rs` has the
@@ -34,27 +45,65 @@ pub(crate) fn slot_of(key: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(slot_key(key).as_bytes()) % SLOTS
 }
 
+/// A node's URL: the cluster URL's scheme, credentials and path around the
+/// node's `host:port`.
+#[derive(Clone, Debug)]
+pub(crate) struct NodeUrl {
+    pub(crate) scheme: &'static str,
+    pub(crate) auth: String,
+    pub(crate) path: String,
+}
+
+impl NodeUrl {
+    pub(crate) fn of(&self, node: &str) -> String {
+        format!("{}://{}{node}{}", self.scheme, self.auth, self.path)
+    }
+}
+
 /// Slot ranges `(first, last, master)`, sorted by `first`.
 type Ranges = Vec<(u16, u16, Arc<str>)>;
 
-/// The slot map, shared by every clone of one store.
-#[derive(Debug)]
+/// Opens a connection to a node's URL (see `RedisStoreBuilder::node`).
+pub(crate) type Connect = dyn Fn(&str) -> Result<ConnectionManager> + Send + Sync;
+
+/// The slot map and the masters' connections, shared by every clone of
+/// one store.
 pub(crate) struct Topology {
     ranges: RwLock<Arc<Ranges>>,
+    /// The nodes of the URL, asked when no master is known.
+    seeds: Vec<Arc<str>>,
+    url: NodeUrl,
+    connect: Box<Connect>,
+    connections: Mutex<HashMap<Arc<str>, ConnectionManager>>,
     origin: Instant,
     /// When the map was last fetched (µs since `origin`, 0: never).
     fetched_us: AtomicU64,
     /// A fetch is under way (cleared by a guard, whatever becomes of it).
     fetching: AtomicBool,
+    /// Where the next fetch starts among the candidates.
+    next_candidate: AtomicUsize,
+}
+
+impl std::fmt::Debug for Topology {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topology")
+            .field("masters", &self.masters())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Topology {
-    pub(crate) fn new() -> Arc<Topology> {
+    pub(crate) fn new(seeds: Vec<Arc<str>>, url: NodeUrl, connect: Box<Connect>) -> Arc<Topology> {
         Arc::new(Topology {
             ranges: RwLock::new(Arc::new(Vec::new())),
+            seeds,
+            url,
+            connect,
+            connections: Mutex::new(HashMap::new()),
             origin: Instant::now(),
             fetched_us: AtomicU64::new(0),
             fetching: AtomicBool::new(false),
+            next_candidate: AtomicUsize::new(0),
         })
     }
 
@@ -81,17 +130,24 @@ impl Topology {
         masters
     }
 
+    /// The connection to `node` (`host:port`), opened on first use.
+    pub(crate) fn connection(&self, node: &str) -> Result<ConnectionManager> {
+        let mut connections = self.connections.lock();
+        if let Some(connection) = connections.get(node) {
+            return Ok(connection.clone());
+        }
+        let connection = (self.connect)(&self.url.of(node))?;
+        connections.insert(node.into(), connection.clone());
+        Ok(connection)
+    }
+
     /// Fetches the map again in the background when it is due: never
-    /// fetched, older than a second, or (`after_failure`) older than
-    /// 100 ms. One fetch at a time.
-    pub(crate) fn refresh_if_due(
-        self: &Arc<Self>,
-        connection: &ClusterConnection,
-        after_failure: bool,
-    ) {
+    /// fetched, older than a second, or (`soon`: after a failure or a
+    /// redirection) older than 100 ms. One fetch at a time.
+    pub(crate) fn refresh_if_due(self: &Arc<Self>, soon: bool) {
         let fetched = self.fetched_us.load(Ordering::Acquire);
         let age = micros(self.origin.elapsed()).saturating_sub(fetched);
-        let due = if after_failure {
+        let due = if soon {
             REFRESH_AFTER_FAILURE
         } else {
             REFRESH_EVERY
@@ -109,17 +165,37 @@ impl Topology {
         let fetch = Fetch {
             topology: Arc::clone(self),
         };
-        let connection = connection.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(fetch.run(connection));
+            runtime.spawn(fetch.run());
         }
         // Without a runtime the guard is dropped here: the next call tries.
     }
 
     fn store(&self, ranges: Ranges) {
+        let masters: Vec<Arc<str>> = ranges.iter().map(|(_, _, n)| Arc::clone(n)).collect();
         *self.ranges.write() = Arc::new(ranges);
+        // Connections to nodes that no longer serve a slot are closed.
+        self.connections
+            .lock()
+            .retain(|node, _| masters.iter().any(|m| m == node));
         self.fetched_us
             .store(micros(self.origin.elapsed()).max(1), Ordering::Release);
+    }
+
+    /// The nodes to ask for the map, starting at a different one each time
+    /// (a dead one is not asked first every time).
+    fn candidates(&self) -> Vec<Arc<str>> {
+        let mut candidates = self.masters();
+        for seed in &self.seeds {
+            if !candidates.contains(seed) {
+                candidates.push(Arc::clone(seed));
+            }
+        }
+        if !candidates.is_empty() {
+            let start = self.next_candidate.fetch_add(1, Ordering::Relaxed) % candidates.len();
+            candidates.rotate_left(start);
+        }
+        candidates
     }
 }
 
@@ -129,16 +205,20 @@ struct Fetch {
 }
 
 impl Fetch {
-    async fn run(self, mut connection: ClusterConnection) {
-        for _ in 0..FETCH_TRIES {
-            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random);
+    async fn run(self) {
+        for node in self.topology.candidates() {
+            let Ok(mut connection) = self.topology.connection(&node) else {
+                continue;
+            };
             let reply = tokio::time::timeout(
-                Duration::from_secs(1),
-                connection.route_command(redis::cmd("CLUSTER").arg("SLOTS").clone(), routing),
+                FETCH_TIMEOUT,
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<redis::Value>(&mut connection),
             )
             .await;
             if let Ok(Ok(reply)) = reply
-                && let Some(ranges) = parse_slots(&reply)
+                && let Some(ranges) = parse_slots(&reply, &node)
             {
                 self.topology.store(ranges);
                 return;
@@ -154,8 +234,9 @@ impl Drop for Fetch {
     }
 }
 
-/// `CLUSTER SLOTS`: per range, `[first, last, [host, port, id, ...], replicas...]`.
-fn parse_slots(reply: &redis::Value) -> Option<Ranges> {
+/// `CLUSTER SLOTS`: per range, `[first, last, [host, port, id, ...],
+/// replicas...]`; an empty host is the node that answered (`asked`).
+fn parse_slots(reply: &redis::Value, asked: &str) -> Option<Ranges> {
     let redis::Value::Array(entries) = reply else {
         return None;
     };
@@ -180,7 +261,12 @@ fn parse_slots(reply: &redis::Value) -> Option<Ranges> {
         let redis::Value::Int(port) = master.get(1)? else {
             return None;
         };
-        let node: Arc<str> = format!("{host}:{port}").into();
+        let node: Arc<str> = if host.is_empty() || host == "?" {
+            let asked_host = asked.rsplit_once(':').map_or(asked, |(h, _)| h);
+            format!("{asked_host}:{port}").into()
+        } else {
+            format!("{host}:{port}").into()
+        };
         ranges.push((
             u16::try_from(*first).ok()?,
             u16::try_from(*last).ok()?,
@@ -198,6 +284,7 @@ fn micros(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
 
     #[test]
     fn slots_are_those_of_redis_cluster() {
@@ -219,19 +306,36 @@ mod tests {
         };
         let reply = redis::Value::Array(vec![
             redis::Value::Array(vec![int(5461), int(10922), node("10.0.0.2", 7001)]),
-            redis::Value::Array(vec![
-                int(0),
-                int(5460),
-                node("10.0.0.1", 7000),
-                node("r", 1),
-            ]),
+            redis::Value::Array(vec![int(0), int(5460), node("", 7000), node("r", 1)]),
         ]);
-        let topology = Topology::new();
-        topology.store(parse_slots(&reply).expect("a slot map"));
+        let url = NodeUrl {
+            scheme: "redis",
+            auth: String::new(),
+            path: String::new(),
+        };
+        let topology = Topology::new(
+            Vec::new(),
+            url,
+            Box::new(|_| Err(Error::Config("no connections here".into()))),
+        );
+        topology.store(parse_slots(&reply, "10.0.0.1:7000").expect("a slot map"));
         assert_eq!(topology.node_of(0).as_deref(), Some("10.0.0.1:7000"));
         assert_eq!(topology.node_of(5461).as_deref(), Some("10.0.0.2:7001"));
         assert_eq!(topology.node_of(10_923), None, "no master known");
         assert_eq!(topology.masters().len(), 2);
-        assert!(parse_slots(&redis::Value::Int(1)).is_none());
+        assert!(parse_slots(&redis::Value::Int(1), "x:1").is_none());
+    }
+
+    #[test]
+    fn node_urls_keep_the_cluster_urls_credentials_and_path() {
+        let url = NodeUrl {
+            scheme: "rediss",
+            auth: "u:p@".into(),
+            path: "/#insecure".into(),
+        };
+        assert_eq!(
+            url.of("10.0.0.1:7000"),
+            "rediss://u:p@10.0.0.1:7000/#insecure"
+        );
     }
 }
