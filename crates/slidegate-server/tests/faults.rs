@@ -283,3 +283,162 @@ async fn a_stalled_redis_costs_at_most_the_timeout_and_answers_say_degraded() {
         recovered.as_secs_f64() * 1e3
     );
 }
+
+/// What an impatient client saw: a decision (degraded or not), or nothing
+/// before it gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Impatient {
+    ByRedis,
+    Degraded,
+    GaveUp,
+}
+
+/// gRPC clients that give up after 20 ms (Envoy's rate limit filter's
+/// default), against a store deadline of 50 ms, beside a patient HTTP
+/// client whose calls run into the deadline and open the circuit: while
+/// Redis is stalled (`DEBUG SLEEP 1`, three times), the probe of the open
+/// circuit is often one of the calls given up on. A dropped probe once
+/// kept the circuit open until restart (every decision by the policy from
+/// then on); now, once Redis is healthy, decisions come from it again
+/// within 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_give_up_never_keep_the_circuit_open() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let _serial = SERIAL.lock().await;
+    let redis = std::sync::Arc::new(Redis::start_with(&["--enable-debug-command", "local"]));
+    let server = in_process(
+        &redis.url(),
+        FailurePolicy::Allow,
+        Duration::from_millis(50),
+    )
+    .await;
+    let grpc = server.grpc_addr.expect("a gRPC listener");
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut clients = Vec::new();
+    for worker in 0..4 {
+        let stopped = stopped.clone();
+        clients.push(tokio::spawn(async move {
+            let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+                .expect("a valid URI")
+                .tcp_nodelay(true)
+                .connect_lazy();
+            let mut client = RateLimitServiceClient::new(channel);
+            let mut seen = Vec::new();
+            for n in 0u64.. {
+                if *stopped.borrow() {
+                    break;
+                }
+                let request = RateLimitRequest {
+                    domain: "faults".into(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "k".into(),
+                            value: format!("impatient{worker}-{}", n % 50),
+                        }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 1,
+                };
+                let sent = Instant::now();
+                let call = client.should_rate_limit(request);
+                let answer = match tokio::time::timeout(Duration::from_millis(20), call).await {
+                    Err(_) => Impatient::GaveUp,
+                    Ok(Err(status)) => panic!("gRPC {status:?}"),
+                    Ok(Ok(response)) => {
+                        let degraded = response
+                            .metadata()
+                            .get(slidegate_server::grpc::DEGRADED_METADATA)
+                            .is_some_and(|v| v == "true");
+                        if degraded {
+                            Impatient::Degraded
+                        } else {
+                            Impatient::ByRedis
+                        }
+                    }
+                };
+                seen.push((sent, answer));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            seen
+        }));
+    }
+    let patient: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, stopped) = (server.addr, stopped.clone());
+            tokio::spawn(async move {
+                for n in 0u64.. {
+                    if *stopped.borrow() {
+                        return;
+                    }
+                    let body = format!(
+                        r#"{{"key":"patient-{}","limit":1000000,"window_ms":60000}}"#,
+                        n % 50
+                    );
+                    common::request_to(
+                        addr,
+                        http::Method::POST,
+                        "/v1/acquire",
+                        &[("content-type", "application/json")],
+                        body.into_bytes(),
+                    )
+                    .await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut healthy = Instant::now();
+    for stall in 0..3 {
+        if stall > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let sleeper = std::sync::Arc::clone(&redis);
+        assert_eq!(
+            off_thread(move || sleeper.text(&["DEBUG", "SLEEP", "1"])).await,
+            "OK"
+        );
+        healthy = Instant::now();
+    }
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    stop.send(true).expect("the clients listen");
+    for patient in patient {
+        patient.await.expect("a patient client ran to the end");
+    }
+    let mut seen = Vec::new();
+    for client in clients {
+        seen.extend(client.await.expect("a client ran to the end"));
+    }
+    let count = |what: Impatient| seen.iter().filter(|(_, a)| *a == what).count();
+    let back = seen
+        .iter()
+        .filter(|(sent, answer)| *sent >= healthy && *answer == Impatient::ByRedis)
+        .map(|(sent, _)| sent.duration_since(healthy))
+        .min();
+    let degraded_late: Vec<Duration> = seen
+        .iter()
+        .filter(|(sent, a)| *sent >= healthy + RECOVERY && *a != Impatient::ByRedis)
+        .map(|(sent, _)| sent.duration_since(healthy))
+        .collect();
+    eprintln!(
+        "impatient clients: {} answers by Redis, {} degraded, {} given up; by Redis again {back:?} after the last stall",
+        count(Impatient::ByRedis),
+        count(Impatient::Degraded),
+        count(Impatient::GaveUp)
+    );
+    assert!(count(Impatient::GaveUp) > 0, "no call was given up on");
+    assert!(count(Impatient::Degraded) > 0, "the circuit never opened");
+    assert!(
+        back.is_some_and(|b| b < RECOVERY),
+        "decisions did not come from Redis again within {RECOVERY:?}: {back:?}"
+    );
+    assert!(
+        degraded_late.is_empty(),
+        "not by Redis {RECOVERY:?} after it was healthy: {:?}",
+        &degraded_late[..degraded_late.len().min(5)]
+    );
+}
