@@ -442,3 +442,70 @@ async fn clients_that_give_up_never_keep_the_circuit_open() {
         &degraded_late[..degraded_late.len().min(5)]
     );
 }
+
+/// One Redis key holds another application's value (a list, a string):
+/// its requests get 409 `key_conflict` naming the key, while 50 other keys
+/// are decided by Redis throughout (a bad key is not an outage: it once
+/// opened the circuit for every key), and `/readyz` stays ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_at_one_key_is_that_keys_error_not_an_outage() {
+    let _serial = SERIAL.lock().await;
+    let redis = Redis::start();
+    let server = in_process(&redis.url(), FailurePolicy::Deny, STORE_TIMEOUT).await;
+    let rule = slidegate::Rule::parse("1000000/1m").expect("a valid rule");
+    let names = slidegate::RedisStore::builder(redis.url())
+        .build_lazy()
+        .expect("a lazy store");
+    let (list, text) = ("foreign:list", "foreign:text");
+    redis.text(&[
+        "RPUSH",
+        &names.state_key(list, rule),
+        "another application's",
+    ]);
+    redis.text(&["SET", &names.state_key(text, rule), &"x".repeat(200)]);
+    let mut rounds = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        rounds += 1;
+        let mut round = tokio::task::JoinSet::new();
+        for key in [list.to_owned(), text.to_owned()]
+            .into_iter()
+            .chain((0..50).map(|i| format!("neighbour:{i}")))
+        {
+            let addr = server.addr;
+            round.spawn(async move {
+                let body = format!(r#"{{"key":"{key}","limit":1000000,"window_ms":60000}}"#);
+                let reply = common::request_to(
+                    addr,
+                    http::Method::POST,
+                    "/v1/acquire",
+                    &[("content-type", "application/json")],
+                    body.into_bytes(),
+                )
+                .await;
+                (key, reply)
+            });
+        }
+        while let Some(answer) = round.join_next().await {
+            let (key, reply) = answer.expect("a request task");
+            let json = reply.json();
+            if key.starts_with("foreign:") {
+                assert_eq!(reply.status, http::StatusCode::CONFLICT, "{key}: {json}");
+                assert_eq!(json["error"]["code"], "key_conflict", "{json}");
+                let message = json["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.contains(&key), "{message}");
+            } else {
+                assert_eq!(reply.status, http::StatusCode::OK, "{key}: {json}");
+                assert!(json.get("degraded").is_none(), "{key}: {json}");
+            }
+        }
+    }
+    let ready = common::get(server.addr, "/readyz").await;
+    assert_eq!(ready.status, http::StatusCode::OK, "{}", ready.json());
+    eprintln!(
+        "a foreign value at 2 keys: {rounds} rounds of 52 keys, the 50 others all decided by Redis"
+    );
+    // The foreign values are still there, untouched.
+    assert_eq!(redis.text(&["TYPE", &names.state_key(list, rule)]), "list");
+    assert_eq!(redis.text(&["STRLEN", &names.state_key(text, rule)]), "200");
+}

@@ -85,6 +85,15 @@ pub enum Error {
         /// What the store holds, and where (the Redis key).
         detail: String,
     },
+    /// A call not made because the circuit breaker of the node that serves
+    /// the key is open (one Redis Cluster master down): a store failure,
+    /// decided by the failure policy. Seen only by stores that a
+    /// [`ResilientStore`](crate::store::resilient::ResilientStore) wraps.
+    #[error("the circuit of store node {node} is open: not called")]
+    CircuitOpen {
+        /// The node (`host:port`).
+        node: String,
+    },
     /// The store did not answer within its deadline.
     #[error("the store did not answer within {0:?}")]
     Timeout(Duration),
@@ -104,7 +113,10 @@ impl Error {
     pub fn is_store_failure(&self) -> bool {
         matches!(
             self,
-            Error::Timeout(_) | Error::Store(_) | Error::StoreFull { .. }
+            Error::Timeout(_)
+                | Error::Store(_)
+                | Error::StoreFull { .. }
+                | Error::CircuitOpen { .. }
         )
     }
 }

@@ -149,7 +149,7 @@ pub(super) async fn decide(
                 }
             }
             Err(error) => {
-                if matches!(error, Error::KeyConflict { .. }) || gate::is_refusal(&error) {
+                if matches!(error, Error::KeyConflict { .. } | Error::CircuitOpen { .. }) {
                     // Refused before anything was written.
                     undo.armed[g] = false;
                 }

@@ -93,9 +93,6 @@ impl Gate {
     }
 }
 
-/// The start of the error of a call refused by a node's open circuit.
-const REFUSED: &str = "circuit open for Redis node ";
-
 /// True inside a resilient store's call: a store that knows its nodes
 /// should ask the gate before it calls one.
 pub(crate) fn active() -> bool {
@@ -119,12 +116,9 @@ pub(crate) fn enter(node: &str) -> Result<Option<Permit>, Error> {
 
 /// The error of a call to `node` refused by its open circuit.
 pub(crate) fn refusal(node: &str) -> Error {
-    Error::Store(format!("{REFUSED}{node}"))
-}
-
-/// True when `error` is a refusal by an open circuit: nothing was sent.
-pub(crate) fn is_refusal(error: &Error) -> bool {
-    matches!(error, Error::Store(message) if message.starts_with(REFUSED))
+    Error::CircuitOpen {
+        node: node.to_owned(),
+    }
 }
 
 /// True when a call to `node` would be refused now (asked before a
