@@ -317,6 +317,7 @@ async fn clients_that_give_up_never_keep_the_circuit_open() {
     )
     .await;
     let grpc = server.grpc_addr.expect("a gRPC listener");
+    let watch = StallWatch::start();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut clients = Vec::new();
     for worker in 0..4 {
@@ -360,7 +361,7 @@ async fn clients_that_give_up_never_keep_the_circuit_open() {
                         }
                     }
                 };
-                seen.push((sent, answer));
+                seen.push((sent, Instant::now(), answer));
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             seen
@@ -413,16 +414,27 @@ async fn clients_that_give_up_never_keep_the_circuit_open() {
     for client in clients {
         seen.extend(client.await.expect("a client ran to the end"));
     }
-    let count = |what: Impatient| seen.iter().filter(|(_, a)| *a == what).count();
+    let stalls = watch.stop();
+    let count = |what: Impatient| seen.iter().filter(|(_, _, a)| *a == what).count();
     let back = seen
         .iter()
-        .filter(|(sent, answer)| *sent >= healthy && *answer == Impatient::ByRedis)
-        .map(|(sent, _)| sent.duration_since(healthy))
+        .filter(|(sent, _, answer)| *sent >= healthy && *answer == Impatient::ByRedis)
+        .map(|(sent, _, _)| sent.duration_since(healthy))
         .min();
+    // Degraded answers, but for those after a stall of the whole machine
+    // long enough to open the circuit again (as `degraded_since`).
     let degraded_late: Vec<Duration> = seen
         .iter()
-        .filter(|(sent, a)| *sent >= healthy + RECOVERY && *a != Impatient::ByRedis)
-        .map(|(sent, _)| sent.duration_since(healthy))
+        .filter(|(sent, _, a)| *sent >= healthy + RECOVERY && *a == Impatient::Degraded)
+        .filter(|(sent, done, _)| {
+            !stalls.overlap(
+                *sent,
+                *done,
+                STORE_TIMEOUT / 2,
+                Duration::from_millis(1_500),
+            )
+        })
+        .map(|(sent, _, _)| sent.duration_since(healthy))
         .collect();
     eprintln!(
         "impatient clients: {} answers by Redis, {} degraded, {} given up; by Redis again {back:?} after the last stall",
