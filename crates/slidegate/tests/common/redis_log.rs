@@ -13,8 +13,8 @@ pub async fn read_log(conn: &mut redis::aio::MultiplexedConnection, key: &str) -
     decode_log(&raw.unwrap_or_default())
 }
 
-/// Records `[s, e)`, then the header: H, o1, T1, nt, nT, s, e, exp (f64 LE),
-/// the record format (5 bytes), ow, tw, and the format's mark (254). A
+/// Records `[s, e)`, then the header: the format's mark (254), H, o1, T1,
+/// nt, nT, s, e, exp (f64 LE), the record format (5 bytes), ow, tw. A
 /// record is its time modulo 256^ow and its running total modulo 256^tw,
 /// little-endian. Records whose cost was given back by a cross-slot undo
 /// (cost 0) are left out.
@@ -23,7 +23,7 @@ pub fn decode_log(raw: &[u8]) -> Vec<(u64, u64)> {
     let Some(at) = raw.len().checked_sub(HEADER) else {
         return Vec::new();
     };
-    let header = &raw[at..];
+    let header = &raw[at + 1..];
     let number = |i: usize| {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(&header[8 * i..8 * i + 8]);
@@ -32,6 +32,7 @@ pub fn decode_log(raw: &[u8]) -> Vec<(u64, u64)> {
     let (before, newest_at, newest_total) = (number(0), number(3), number(4));
     let (s, e) = (number(5) as usize, number(6) as usize);
     let (ow, tw) = (usize::from(header[69]), usize::from(header[70]));
+    assert_eq!(raw[at], 254, "the format's mark");
     let little = |b: &[u8]| b.iter().rev().fold(0u64, |a, &x| a << 8 | u64::from(x));
     let (time_mask, total_mask) = ((1u64 << (8 * ow)) - 1, (1u64 << (8 * tw)) - 1);
     let mut before = before;
@@ -104,6 +105,7 @@ pub fn encode_log(records: &[(u64, u64)], window_us: u64, limit: u64) -> Vec<u8>
     }
     let (first, newest) = (records[0], records[records.len() - 1]);
     let e = out.len() as f64;
+    out.push(254);
     for x in [
         0.0,
         first.0 as f64,
@@ -117,7 +119,7 @@ pub fn encode_log(records: &[(u64, u64)], window_us: u64, limit: u64) -> Vec<u8>
         out.extend_from_slice(&x.to_le_bytes());
     }
     out.extend_from_slice(format!("<I{ow}I{tw}").as_bytes());
-    out.extend_from_slice(&[ow as u8, tw as u8, 254]);
+    out.extend_from_slice(&[ow as u8, tw as u8]);
     out
 }
 

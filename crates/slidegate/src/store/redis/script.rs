@@ -135,7 +135,18 @@ impl Plan {
     /// The typed error for a `KEYCONFLICT` reply (`KEYCONFLICT <index>
     /// <what the key holds>`, see `arith.lua`), naming the caller's key and
     /// the Redis key; `None` for any other error.
+    /// A `WRONGTYPE` error of a call with one key is that key's: the
+    /// common call reads its one key without `pcall` (it costs Redis CPU).
     pub(crate) fn conflict(&self, error: &redis::RedisError) -> Option<Error> {
+        if error.code() == Some("WRONGTYPE") && self.keys.len() == 1 {
+            return Some(Error::KeyConflict {
+                key: self.owners.first()?.clone(),
+                detail: format!(
+                    "the Redis key {:?} holds another type of value (WRONGTYPE)",
+                    self.keys.first()?
+                ),
+            });
+        }
         if error.code() != Some("KEYCONFLICT") {
             return None;
         }

@@ -6,13 +6,13 @@
 --   record: time (ow bytes) and running total (tw bytes), unsigned
 --           little-endian, each modulo its width's range: 256^ow > W and
 --           256^tw > L, chosen when the log starts (4 bytes at 100/1s).
---   header: H, o1, T1, nt, nT, s, e, exp (little-endian doubles), the
---           record format "<IowItw" (5 chars), ow, tw (1 byte each), and
---           the byte 254: this format's mark. A value without it (another
---           application's, a manual SET, an older slidegate's) is refused
---           with an error naming the key, never decoded or overwritten.
---           Older formats never meet this one anyway: the key names carry
---           the format's version (see keys.rs).
+--   header: the byte 254 (this format's mark), H, o1, T1, nt, nT, s, e,
+--           exp (little-endian doubles), the record format "<IowItw" (5
+--           chars), ow, tw (1 byte each). A value without the mark or with
+--           an inconsistent header (another application's, a manual SET)
+--           is refused with an error naming the key, never decoded or
+--           overwritten. Older formats never meet this one anyway: the key
+--           names carry the format's version (see keys.rs).
 --
 -- H is the running total just before the first live record, o1 and T1 that
 -- record's time and total, nt and nT the newest record's; usage is nT - H.
@@ -59,11 +59,14 @@ local function build_sliding_log()
     if size == 0 then
       return st
     end
-    if size < 72 or string.byte(raw, size) ~= 254 then
+    local mark
+    if size >= 72 then
+      mark, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw =
+        bunpack('<Bddddddddc5BB', raw, size - 71)
+    end
+    if mark ~= 254 then
       conflict(index, 'holds a string that is not a sliding log of this version')
     end
-    st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw =
-      bunpack('<ddddddddc5BB', raw, size - 71)
     local ow, tw, s, e = st.ow, st.tw, st.s, st.e
     local rec = ow + tw
     if not (ow >= 1 and ow <= 7 and tw >= 1 and tw <= 7
@@ -246,8 +249,8 @@ local function build_sliding_log()
       if not st.live then
         redis.call('DEL', st.key)
       else
-        redis.call('SETRANGE', st.key, format('%d', st.e), bpack('<ddddddddc5BBB', st.H, st.o1, st.T1,
-          st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw, 254))
+        redis.call('SETRANGE', st.key, format('%d', st.e), bpack('<Bddddddddc5BB', 254, st.H, st.o1,
+          st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
       end
       return
     end
@@ -256,8 +259,9 @@ local function build_sliding_log()
     local pos = st.e - rec
     if st.fresh then
       st.exp = deadline
-      redis.call('SET', st.key, bpack(st.fmt .. 'ddddddddc5BBB', st.nt, st.nT, st.H, st.o1, st.T1,
-        st.nt, st.nT, 0, rec, st.exp, st.fmt, st.ow, st.tw, 254), 'PX', format('%d', ttl_ms(st.exp, now, margin)))
+      redis.call('SET', st.key, bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT, 254, st.H, st.o1,
+        st.T1, st.nt, st.nT, 0, rec, st.exp, st.fmt, st.ow, st.tw), 'PX',
+        format('%d', ttl_ms(st.exp, now, margin)))
       return
     end
     if st.s >= 64 and st.s > st.e - st.s then
@@ -270,8 +274,8 @@ local function build_sliding_log()
         end
       end
       st.exp = deadline + slack
-      redis.call('SET', st.key, kept .. bpack(st.fmt .. 'ddddddddc5BBB', st.nt, st.nT, st.H, st.o1,
-        st.T1, st.nt, st.nT, 0, st.e - st.s, st.exp, st.fmt, st.ow, st.tw, 254), 'PX',
+      redis.call('SET', st.key, kept .. bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT, 254, st.H,
+        st.o1, st.T1, st.nt, st.nT, 0, st.e - st.s, st.exp, st.fmt, st.ow, st.tw), 'PX',
         format('%d', ttl_ms(st.exp, now, margin)))
       return
     end
@@ -281,8 +285,8 @@ local function build_sliding_log()
     if st.exp < deadline then
       st.exp = deadline + slack
     end
-    redis.call('SETRANGE', st.key, format('%d', pos), bpack(st.fmt .. 'ddddddddc5BBB', st.nt, st.nT,
-      st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw, 254))
+    redis.call('SETRANGE', st.key, format('%d', pos), bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT,
+      254, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
     if expire then
       redis.call('PEXPIRE', st.key, format('%d', ttl_ms(st.exp, now, margin)))
     end
@@ -340,8 +344,8 @@ local function build_sliding_log()
     if p == st.s then
       st.T1 = st.T1 - c
     end
-    redis.call('SETRANGE', st.key, format('%d', p), table.concat(records) .. bpack('<ddddddddc5BBB',
-      st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw, 254))
+    redis.call('SETRANGE', st.key, format('%d', p), table.concat(records) .. bpack('<Bddddddddc5BB',
+      254, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
   end
 
   return sliding_log

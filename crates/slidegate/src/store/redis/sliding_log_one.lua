@@ -16,24 +16,20 @@
 if n == 1 and code == 0 then
   local key = KEYS[1]
   -- The header and up to 64 bytes of records before it: all of a small log.
-  -- A key of another type, or a string that is not a log of this format,
-  -- is refused (never decoded, never overwritten): an error naming the key.
-  local raw = redis.pcall('GETRANGE', key, '-136', '-1')
-  if type(raw) == 'table' then
-    if string.sub(raw.err, 1, 9) == 'WRONGTYPE' then
-      return redis.error_reply('KEYCONFLICT 1 holds another type of value (' .. raw.err .. ')')
-    end
-    return raw
-  end
+  -- A key of another type (WRONGTYPE, turned into an error naming the key
+  -- by the store), or a string that is not a log of this format, is
+  -- refused: never decoded, never overwritten. Checked without a call more
+  -- than before the checks (this is the call every decision makes).
+  local raw = redis.call('GETRANGE', key, '-136', '-1')
   local size = #raw
   local live, H, o1, T1, nt, nT = false, 0, 0, 0, 0, 0
   if size > 0 then
-    if size < 72 or string.byte(raw, size) ~= 254 then
-      return redis.error_reply('KEYCONFLICT 1 holds a string that is not a sliding log of this version')
+    local mark
+    if size >= 72 then
+      mark, H, o1, T1, nt, nT = bunpack('<Bddddd', raw, size - 71)
     end
-    H, o1, T1, nt, nT = bunpack('<ddddd', raw, size - 71)
-    if not (H <= T1 and T1 <= nT and o1 <= nt) then
-      return redis.error_reply('KEYCONFLICT 1 holds a sliding log with an inconsistent header')
+    if mark ~= 254 or not (H <= T1 and T1 <= nT and o1 <= nt) then
+      return redis.error_reply('KEYCONFLICT 1 holds a string that is not a sliding log of this version')
     end
     live = true
   end
@@ -53,7 +49,7 @@ if n == 1 and code == 0 then
     if nt + W < t then
       live = false
     else
-      s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 31)
+      s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
       -- The first live record: the oldest is expired and the newest is
       -- not, so gallop from the oldest (records 1, 2, 4, ... after it) to
       -- the first live one seen, then bisect: O(log k) records read for k
@@ -133,10 +129,10 @@ if n == 1 and code == 0 then
       end
       fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
       exp, expire = deadline, true
-      value = bpack(fmt .. 'ddddddddc5BBB', t, cost, 0, t, cost, t, cost, 0, ow + tw, exp, fmt, ow, tw, 254)
+      value = bpack(fmt .. 'Bddddddddc5BB', t, cost, 254, 0, t, cost, t, cost, 0, ow + tw, exp, fmt, ow, tw)
     else
       if not s then
-        s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 31)
+        s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
       end
       local rec, rawstart = ow + tw, e - (size - 72)
       nT = nT + cost
@@ -166,7 +162,7 @@ if n == 1 and code == 0 then
           end
         end
         exp, expire = deadline + slack, true
-        value = kept .. bpack(fmt .. 'ddddddddc5BBB', nt, nT, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw, 254)
+        value = kept .. bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
       else
         -- Usually: the newest record and the header, in place. The expiry
         -- moves only when the key would otherwise expire too early, and then
@@ -180,7 +176,7 @@ if n == 1 and code == 0 then
           expire = true
         end
         offset = pos
-        value = bpack(fmt .. 'ddddddddc5BBB', nt, nT, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw, 254)
+        value = bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
       end
     end
     local ttl
@@ -210,7 +206,7 @@ if n == 1 and code == 0 then
       if not live then
         redis.call('DEL', key)
       else
-        redis.call('SETRANGE', key, format('%d', e), bpack('<ddddddddc5BBB', H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw, 254))
+        redis.call('SETRANGE', key, format('%d', e), bpack('<Bddddddddc5BB', 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw))
       end
     end
     return reply
