@@ -521,3 +521,65 @@ async fn a_foreign_value_at_one_key_is_that_keys_error_not_an_outage() {
     assert_eq!(redis.text(&["TYPE", &names.state_key(list, rule)]), "list");
     assert_eq!(redis.text(&["STRLEN", &names.state_key(text, rule)]), "200");
 }
+
+/// Over gRPC, a descriptor whose counter's Redis key holds a foreign value
+/// is `FAILED_PRECONDITION` naming the key (Envoy's `failure_mode_deny`
+/// then decides), not `UNAVAILABLE`, and other descriptors' counters are
+/// decided as usual.
+#[tokio::test]
+async fn a_foreign_value_at_a_descriptors_counter_is_failed_precondition_over_grpc() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let redis = Redis::start();
+    let server = in_process(&redis.url(), FailurePolicy::Deny, Duration::from_secs(2)).await;
+    let grpc = server.grpc_addr.expect("a gRPC listener");
+    let mut client = RateLimitServiceClient::new(
+        tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .expect("a valid URI")
+            .connect_lazy(),
+    );
+    let request = |value: &str| RateLimitRequest {
+        domain: "faults".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: value.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 1,
+    };
+    // The counter's Redis key, whatever the server names it: the only key.
+    client
+        .should_rate_limit(request("taken"))
+        .await
+        .expect("a decision");
+    let keys = redis.command(&["KEYS", "*"]).expect("KEYS");
+    let redis::Value::Array(keys) = keys else {
+        panic!("KEYS answered {keys:?}");
+    };
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let key = common::redis::text_of(&keys[0]);
+    redis.text(&["DEL", &key]);
+    redis.text(&["RPUSH", &key, "another application's"]);
+    let status = client
+        .should_rate_limit(request("taken"))
+        .await
+        .expect_err("a foreign value");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().contains(&key), "{}", status.message());
+    let other = client
+        .should_rate_limit(request("free"))
+        .await
+        .expect("a decision");
+    assert!(
+        other
+            .metadata()
+            .get(slidegate_server::grpc::DEGRADED_METADATA)
+            .is_none()
+    );
+    assert_eq!(other.into_inner().overall_code, 1, "OK");
+}
