@@ -189,7 +189,7 @@ gen() {
       } else {
         my $now = $kind eq "ours-time" ? -1 : $t;
         my $spec = pack("d<7", $now, $margin, 1, 0, $limit, $window_ms * 1000, 1);
-        @args = ("EVALSHA", $sha, 1, "slidegate:{$k}:$limit/1s", $spec);
+        @args = ("EVALSHA", $sha, 1, "slidegate:v2:{$k}:$limit/1s", $spec);
       }
       $out .= "*" . scalar(@args) . "\r\n" . join("", map { bulk($_) } @args);
       if (length($out) > 1 << 20) { print $out; $out = "" }

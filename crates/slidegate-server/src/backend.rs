@@ -170,6 +170,10 @@ impl Backend {
                     ClockMode::Server => builder.server_clock(),
                     ClockMode::Client => builder.client_clock(SystemClock),
                 };
+                let builder = match args.expiry_margin_ms {
+                    Some(ms) => builder.expiry_margin(Duration::from_millis(ms)),
+                    None => builder,
+                };
                 let redis = builder.build_lazy().map_err(ConnectError::Redis)?;
                 let kind = if redis.is_cluster() {
                     "redis_cluster"
@@ -302,6 +306,7 @@ mod tests {
             on_error,
             timeout_ms: 50,
             clock: crate::cli::ClockMode::Server,
+            expiry_margin_ms: None,
             max_keys,
             max_memory_bytes: 1 << 30,
             max_rules_per_key: 2,

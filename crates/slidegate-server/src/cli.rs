@@ -505,6 +505,18 @@ pub struct StoreArgs {
     )]
     pub clock: ClockMode,
 
+    /// How much longer than its window Redis keeps an idle key, in
+    /// milliseconds. With `--clock client` it must cover the largest clock
+    /// skew between the instances (a key's expiry is measured on the clock
+    /// of the instance that last moved it). Default: 1 with `--clock
+    /// server`, 1000 with `--clock client`.
+    #[arg(
+        long = "expiry-margin-ms",
+        value_name = "N",
+        env = "SLIDEGATE_EXPIRY_MARGIN_MS"
+    )]
+    pub expiry_margin_ms: Option<u64>,
+
     /// Most keys the memory store (and the local fallback) holds; new keys
     /// beyond it are decided by --on-store-error, held keys keep their state.
     #[arg(

@@ -147,10 +147,17 @@ pub async fn serve<S: Store + Clone + 'static>(
     result
 }
 
-/// The gRPC status of a failed check.
+/// The gRPC status of a failed check: `UNAVAILABLE` when the store failed
+/// (Envoy's `failure_mode_deny` then decides), `FAILED_PRECONDITION` when
+/// one of the request's keys holds a value slidegate did not write (see
+/// [`slidegate::Error::KeyConflict`]), `INVALID_ARGUMENT` for bad input.
 pub fn status_of(error: &CheckError) -> Status {
     match error {
         CheckError::Store(e) if e.is_store_failure() => Status::unavailable(e.to_string()),
+        // The request is fine; the state stored at one of its keys is not.
+        CheckError::Store(e @ slidegate::Error::KeyConflict { .. }) => {
+            Status::failed_precondition(e.to_string())
+        }
         other => Status::invalid_argument(other.to_string()),
     }
 }
@@ -299,5 +306,30 @@ fn quota_metadata(violations: &[usize]) -> Struct {
     );
     Struct {
         fields: fields.into_iter().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_say_whose_fault_a_failed_check_is() {
+        let status = |e: slidegate::Error| status_of(&CheckError::Store(e)).code();
+        assert_eq!(
+            status(slidegate::Error::Store("refused".into())),
+            tonic::Code::Unavailable
+        );
+        assert_eq!(
+            status(slidegate::Error::KeyConflict {
+                key: "k".into(),
+                detail: "holds a list".into()
+            }),
+            tonic::Code::FailedPrecondition
+        );
+        assert_eq!(
+            status(slidegate::Error::InvalidKey("empty".into())),
+            tonic::Code::InvalidArgument
+        );
     }
 }

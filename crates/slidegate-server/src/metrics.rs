@@ -10,6 +10,7 @@
 //! | `slidegate_config_reloads_total` | counter | `result` (ok, error, refused) |
 //! | `slidegate_connection_timeouts_total` | counter | `listener` (http, grpc), `phase` (header, idle) |
 //! | `slidegate_requests_in_flight` | gauge | `protocol` (http, grpc) |
+//! | `slidegate_store_circuit_open` | gauge | `node` (the Redis node's address: one series per master) |
 //!
 //! # Cardinality
 //!

@@ -559,12 +559,12 @@ async fn grpc_health_reports_serving(kind: StoreKind) {
     }
 }
 
-/// On Redis Cluster a request's descriptors are decided slot by slot: a
-/// descriptor whose counter lives in another slot is decided on its own,
-/// so it is charged even when another descriptor is over its limit; hits
-/// on one counter still pass or fail together.
+/// On Redis Cluster a request's descriptors are all or nothing too, when
+/// their counters live in different slots: a descriptor is not charged
+/// when another one is over its limit (the store undoes the slot it
+/// recorded), and hits on one counter pass or fail together.
 #[tokio::test]
-async fn descriptors_are_decided_per_slot_on_a_redis_cluster() {
+async fn descriptors_are_all_or_nothing_across_slots_on_a_redis_cluster() {
     let cluster = Cluster::start(3, 0, 5_000);
     let url = StoreUrl::Redis(cluster.url());
     let backend = common::backend(url, FailurePolicy::Deny, 5_000).await;
@@ -573,13 +573,13 @@ async fn descriptors_are_decided_per_slot_on_a_redis_cluster() {
     let server = serve(backend, &rules).await;
     for protocol in [Protocol::Grpc, Protocol::Json] {
         // The counters are `c:rl|KEY=VALUE`, kept by Redis under
-        // `slidegate:{c:rl|KEY=VALUE}:RATE`, in the slot of the braced part.
+        // `slidegate:v2:{c:rl|KEY=VALUE}:RATE`, in the slot of the braced part.
         let (foo, other) = (format!("{protocol:?}"), format!("{protocol:?}-other"));
         let slot = |counter: String| {
             cluster.nodes[0].text(&[
                 "CLUSTER",
                 "KEYSLOT",
-                &format!("slidegate:{{{counter}}}:2/1m"),
+                &format!("slidegate:v2:{{{counter}}}:2/1m"),
             ])
         };
         assert_ne!(
@@ -591,9 +591,9 @@ async fn descriptors_are_decided_per_slot_on_a_redis_cluster() {
         let steps = [
             (vec![foo(), unspec()], false, vec![(false, 1), (false, 1)]),
             (vec![unspec()], false, vec![(false, 0)]),
-            // `unspec` is full: on one node, `foo` would not be charged.
-            (vec![foo(), unspec()], true, vec![(false, 0), (true, 0)]),
-            (vec![foo()], true, vec![(true, 0)]),
+            // `unspec` is full: `foo` is not charged, and says so.
+            (vec![foo(), unspec()], true, vec![(false, 1), (true, 0)]),
+            (vec![foo()], false, vec![(false, 0)]),
         ];
         for (i, (descriptors, over, statuses)) in steps.into_iter().enumerate() {
             let answer = ask(&server, protocol, "rl", &descriptors, 1).await;

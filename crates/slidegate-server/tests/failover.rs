@@ -103,3 +103,120 @@ async fn a_cluster_master_killed_fails_over_and_slidegate_follows() {
     }
     drop(cluster);
 }
+
+/// 3 masters without replicas, and a cluster that keeps serving the slots
+/// it still covers (`cluster-require-full-coverage no`): one master
+/// SIGKILLed under load. Every key is asked in turn over HTTP. With one
+/// circuit breaker per master, the keys of the dead master are decided by
+/// the policy (degraded), and the keys of the two live masters by the
+/// cluster, without a single degraded answer; `/readyz` stays ready (some
+/// master answers) and the metrics name the node whose circuit is open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_master_degrades_only_its_own_keys() {
+    let _serial = SERIAL.lock().await;
+    let cluster =
+        off_thread(|| Cluster::start_with(3, 0, 1_000, &["--cluster-require-full-coverage", "no"]))
+            .await;
+    let server = in_process_with(&cluster.url(), FailurePolicy::Deny, STORE_TIMEOUT, true).await;
+    let keys: Vec<(String, usize)> = (0..60)
+        .map(|i| {
+            let key = format!("node-key:{i}");
+            // The server keeps ad-hoc keys in a key space of their own: the
+            // slot is that of the stored key.
+            let stored = slidegate_server::keyspace::adhoc_key(&key).expect("a valid key");
+            let master = cluster.master_of(key_slot(&stored)).expect("a master");
+            (key, master)
+        })
+        .collect();
+    // Warm: every key decided by the cluster (and the slot map known).
+    for (key, _) in &keys {
+        let mut tries = 0;
+        while ask(server.addr, key.clone()).await {
+            tries += 1;
+            assert!(tries < 100, "{key} never decided by the cluster");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let victim = keys[0].1;
+    let victim_addr = cluster.nodes[victim].addr();
+    let mut cluster = cluster;
+    cluster = off_thread(move || {
+        cluster.nodes[victim].kill();
+        cluster
+    })
+    .await;
+    let killed = Instant::now();
+    // Rounds of every key at once, as concurrent clients would send them.
+    let (mut on_victim, mut elsewhere) = ((0, 0), (0, 0));
+    let mut degraded_elsewhere = Vec::new();
+    while killed.elapsed() < Duration::from_secs(3) {
+        let mut round = tokio::task::JoinSet::new();
+        for (i, (key, _)) in keys.iter().enumerate() {
+            let (addr, key) = (server.addr, key.clone());
+            round.spawn(async move { (i, ask(addr, key).await) });
+        }
+        while let Some(answer) = round.join_next().await {
+            let (i, degraded) = answer.expect("a request task");
+            let (key, master) = &keys[i];
+            let tally = if *master == victim {
+                &mut on_victim
+            } else {
+                &mut elsewhere
+            };
+            tally.0 += 1;
+            if degraded {
+                tally.1 += 1;
+                if *master != victim {
+                    degraded_elsewhere.push((key.clone(), killed.elapsed()));
+                }
+            }
+        }
+    }
+    let ready = common::get(server.addr, "/readyz").await;
+    let metrics = common::get(server.addr, "/metrics").await;
+    let open_line = format!("slidegate_store_circuit_open{{node=\"{victim_addr}\"}} 1");
+    eprintln!(
+        "one master of 3 down for 3 s: its keys {}/{} degraded, the other keys {}/{} degraded",
+        on_victim.1, on_victim.0, elsewhere.1, elsewhere.0
+    );
+    assert!(
+        degraded_elsewhere.is_empty(),
+        "keys of live masters were degraded: {:?}",
+        &degraded_elsewhere[..degraded_elsewhere.len().min(5)]
+    );
+    assert!(elsewhere.0 > 100 && on_victim.0 > 20);
+    assert!(
+        on_victim.1 == on_victim.0,
+        "the dead master's keys: {}/{} degraded",
+        on_victim.1,
+        on_victim.0
+    );
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.json());
+    assert!(
+        String::from_utf8_lossy(&metrics.body).contains(&open_line),
+        "{open_line} not in the metrics"
+    );
+    drop(cluster);
+}
+
+/// `POST /v1/acquire` for `key` (a limit it never reaches): true when the
+/// answer was degraded (decided by the deny policy).
+async fn ask(addr: std::net::SocketAddr, key: String) -> bool {
+    let body = format!(r#"{{"key":"{key}","limit":1000000,"window_ms":60000}}"#);
+    let reply = common::request_to(
+        addr,
+        http::Method::POST,
+        "/v1/acquire",
+        &[("content-type", "application/json")],
+        body.into_bytes(),
+    )
+    .await;
+    let degraded = reply.json().get("degraded").is_some();
+    let expected = if degraded {
+        StatusCode::TOO_MANY_REQUESTS
+    } else {
+        StatusCode::OK
+    };
+    assert_eq!(reply.status, expected, "{}", reply.json());
+    degraded
+}

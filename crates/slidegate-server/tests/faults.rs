@@ -283,3 +283,304 @@ async fn a_stalled_redis_costs_at_most_the_timeout_and_answers_say_degraded() {
         recovered.as_secs_f64() * 1e3
     );
 }
+
+/// What an impatient client saw: a decision (degraded or not), or nothing
+/// before it gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Impatient {
+    ByRedis,
+    Degraded,
+    GaveUp,
+}
+
+/// gRPC clients that give up after 20 ms (Envoy's rate limit filter's
+/// default), against a store deadline of 50 ms, beside a patient HTTP
+/// client whose calls run into the deadline and open the circuit: while
+/// Redis is stalled (`DEBUG SLEEP 1`, three times), the probe of the open
+/// circuit is often one of the calls given up on. A dropped probe once
+/// kept the circuit open until restart (every decision by the policy from
+/// then on); now, once Redis is healthy, decisions come from it again
+/// within 2 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_give_up_never_keep_the_circuit_open() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let _serial = SERIAL.lock().await;
+    let redis = std::sync::Arc::new(Redis::start_with(&["--enable-debug-command", "local"]));
+    let server = in_process(
+        &redis.url(),
+        FailurePolicy::Allow,
+        Duration::from_millis(50),
+    )
+    .await;
+    let grpc = server.grpc_addr.expect("a gRPC listener");
+    let watch = StallWatch::start();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut clients = Vec::new();
+    for worker in 0..4 {
+        let stopped = stopped.clone();
+        clients.push(tokio::spawn(async move {
+            let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+                .expect("a valid URI")
+                .tcp_nodelay(true)
+                .connect_lazy();
+            let mut client = RateLimitServiceClient::new(channel);
+            let mut seen = Vec::new();
+            for n in 0u64.. {
+                if *stopped.borrow() {
+                    break;
+                }
+                let request = RateLimitRequest {
+                    domain: "faults".into(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "k".into(),
+                            value: format!("impatient{worker}-{}", n % 50),
+                        }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 1,
+                };
+                let sent = Instant::now();
+                let call = client.should_rate_limit(request);
+                let answer = match tokio::time::timeout(Duration::from_millis(20), call).await {
+                    Err(_) => Impatient::GaveUp,
+                    Ok(Err(status)) => panic!("gRPC {status:?}"),
+                    Ok(Ok(response)) => {
+                        let degraded = response
+                            .metadata()
+                            .get(slidegate_server::grpc::DEGRADED_METADATA)
+                            .is_some_and(|v| v == "true");
+                        if degraded {
+                            Impatient::Degraded
+                        } else {
+                            Impatient::ByRedis
+                        }
+                    }
+                };
+                seen.push((sent, Instant::now(), answer));
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            seen
+        }));
+    }
+    let patient: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, stopped) = (server.addr, stopped.clone());
+            tokio::spawn(async move {
+                for n in 0u64.. {
+                    if *stopped.borrow() {
+                        return;
+                    }
+                    let body = format!(
+                        r#"{{"key":"patient-{}","limit":1000000,"window_ms":60000}}"#,
+                        n % 50
+                    );
+                    common::request_to(
+                        addr,
+                        http::Method::POST,
+                        "/v1/acquire",
+                        &[("content-type", "application/json")],
+                        body.into_bytes(),
+                    )
+                    .await;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut healthy = Instant::now();
+    for stall in 0..3 {
+        if stall > 0 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        let sleeper = std::sync::Arc::clone(&redis);
+        assert_eq!(
+            off_thread(move || sleeper.text(&["DEBUG", "SLEEP", "1"])).await,
+            "OK"
+        );
+        healthy = Instant::now();
+    }
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    stop.send(true).expect("the clients listen");
+    for patient in patient {
+        patient.await.expect("a patient client ran to the end");
+    }
+    let mut seen = Vec::new();
+    for client in clients {
+        seen.extend(client.await.expect("a client ran to the end"));
+    }
+    let stalls = watch.stop();
+    let count = |what: Impatient| seen.iter().filter(|(_, _, a)| *a == what).count();
+    let back = seen
+        .iter()
+        .filter(|(sent, _, answer)| *sent >= healthy && *answer == Impatient::ByRedis)
+        .map(|(sent, _, _)| sent.duration_since(healthy))
+        .min();
+    // Degraded answers, but for those after a stall of the whole machine
+    // long enough to open the circuit again (as `degraded_since`).
+    let degraded_late: Vec<Duration> = seen
+        .iter()
+        .filter(|(sent, _, a)| *sent >= healthy + RECOVERY && *a == Impatient::Degraded)
+        .filter(|(sent, done, _)| {
+            !stalls.overlap(
+                *sent,
+                *done,
+                STORE_TIMEOUT / 2,
+                Duration::from_millis(1_500),
+            )
+        })
+        .map(|(sent, _, _)| sent.duration_since(healthy))
+        .collect();
+    eprintln!(
+        "impatient clients: {} answers by Redis, {} degraded, {} given up; by Redis again {back:?} after the last stall",
+        count(Impatient::ByRedis),
+        count(Impatient::Degraded),
+        count(Impatient::GaveUp)
+    );
+    assert!(count(Impatient::GaveUp) > 0, "no call was given up on");
+    assert!(count(Impatient::Degraded) > 0, "the circuit never opened");
+    assert!(
+        back.is_some_and(|b| b < RECOVERY),
+        "decisions did not come from Redis again within {RECOVERY:?}: {back:?}"
+    );
+    assert!(
+        degraded_late.is_empty(),
+        "not by Redis {RECOVERY:?} after it was healthy: {:?}",
+        &degraded_late[..degraded_late.len().min(5)]
+    );
+}
+
+/// One Redis key holds another application's value (a list, a string):
+/// its requests get 409 `key_conflict` naming the key, while 50 other keys
+/// are decided by Redis throughout (a bad key is not an outage: it once
+/// opened the circuit for every key), and `/readyz` stays ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_at_one_key_is_that_keys_error_not_an_outage() {
+    let _serial = SERIAL.lock().await;
+    let redis = Redis::start();
+    let server = in_process(&redis.url(), FailurePolicy::Deny, STORE_TIMEOUT).await;
+    let rule = slidegate::Rule::parse("1000000/1m").expect("a valid rule");
+    let names = slidegate::RedisStore::builder(redis.url())
+        .build_lazy()
+        .expect("a lazy store");
+    let (list, text) = ("foreign:list", "foreign:text");
+    // The server keeps ad-hoc keys in a key space of their own.
+    let stored = |key: &str| {
+        let key = slidegate_server::keyspace::adhoc_key(key).expect("a valid key");
+        names.state_key(&key, rule)
+    };
+    redis.text(&["RPUSH", &stored(list), "another application's"]);
+    redis.text(&["SET", &stored(text), &"x".repeat(200)]);
+    let mut rounds = 0;
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(2) {
+        rounds += 1;
+        let mut round = tokio::task::JoinSet::new();
+        for key in [list.to_owned(), text.to_owned()]
+            .into_iter()
+            .chain((0..50).map(|i| format!("neighbour:{i}")))
+        {
+            let addr = server.addr;
+            round.spawn(async move {
+                let body = format!(r#"{{"key":"{key}","limit":1000000,"window_ms":60000}}"#);
+                let reply = common::request_to(
+                    addr,
+                    http::Method::POST,
+                    "/v1/acquire",
+                    &[("content-type", "application/json")],
+                    body.into_bytes(),
+                )
+                .await;
+                (key, reply)
+            });
+        }
+        while let Some(answer) = round.join_next().await {
+            let (key, reply) = answer.expect("a request task");
+            let json = reply.json();
+            if key.starts_with("foreign:") {
+                assert_eq!(reply.status, http::StatusCode::CONFLICT, "{key}: {json}");
+                assert_eq!(json["error"]["code"], "key_conflict", "{json}");
+                let message = json["error"]["message"].as_str().unwrap_or_default();
+                assert!(message.contains(&key), "{message}");
+            } else {
+                assert_eq!(reply.status, http::StatusCode::OK, "{key}: {json}");
+                assert!(json.get("degraded").is_none(), "{key}: {json}");
+            }
+        }
+    }
+    let ready = common::get(server.addr, "/readyz").await;
+    assert_eq!(ready.status, http::StatusCode::OK, "{}", ready.json());
+    eprintln!(
+        "a foreign value at 2 keys: {rounds} rounds of 52 keys, the 50 others all decided by Redis"
+    );
+    // The foreign values are still there, untouched.
+    assert_eq!(redis.text(&["TYPE", &stored(list)]), "list");
+    assert_eq!(redis.text(&["STRLEN", &stored(text)]), "200");
+}
+
+/// Over gRPC, a descriptor whose counter's Redis key holds a foreign value
+/// is `FAILED_PRECONDITION` naming the key (Envoy's `failure_mode_deny`
+/// then decides), not `UNAVAILABLE`, and other descriptors' counters are
+/// decided as usual.
+#[tokio::test]
+async fn a_foreign_value_at_a_descriptors_counter_is_failed_precondition_over_grpc() {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let redis = Redis::start();
+    let server = in_process(&redis.url(), FailurePolicy::Deny, Duration::from_secs(2)).await;
+    let grpc = server.grpc_addr.expect("a gRPC listener");
+    let mut client = RateLimitServiceClient::new(
+        tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .expect("a valid URI")
+            .connect_lazy(),
+    );
+    let request = |value: &str| RateLimitRequest {
+        domain: "faults".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: value.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: 1,
+    };
+    // The counter's Redis key, whatever the server names it: the only key.
+    client
+        .should_rate_limit(request("taken"))
+        .await
+        .expect("a decision");
+    let keys = redis.command(&["KEYS", "*"]).expect("KEYS");
+    let redis::Value::Array(keys) = keys else {
+        panic!("KEYS answered {keys:?}");
+    };
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let key = common::redis::text_of(&keys[0]);
+    redis.text(&["DEL", &key]);
+    redis.text(&["RPUSH", &key, "another application's"]);
+    let status = client
+        .should_rate_limit(request("taken"))
+        .await
+        .expect_err("a foreign value");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(status.message().contains(&key), "{}", status.message());
+    let other = client
+        .should_rate_limit(request("free"))
+        .await
+        .expect("a decision");
+    assert!(
+        other
+            .metadata()
+            .get(slidegate_server::grpc::DEGRADED_METADATA)
+            .is_none()
+    );
+    assert_eq!(other.into_inner().overall_code, 1, "OK");
+}

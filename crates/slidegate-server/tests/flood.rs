@@ -48,6 +48,7 @@ async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
         on_error: policy,
         timeout_ms: 50,
         clock: ClockMode::Server,
+        expiry_margin_ms: None,
         max_keys: MAX_KEYS,
         max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,
         max_rules_per_key: 16,

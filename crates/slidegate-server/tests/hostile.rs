@@ -497,11 +497,11 @@ async fn adhoc_keys_never_reach_envoy_counters(store: Store) {
             "0",
         ]);
         assert!(
-            keys.contains("slidegate:{c:api|remote_address=10.2.2.2}:5/1m"),
+            keys.contains("slidegate:v2:{c:api|remote_address=10.2.2.2}:5/1m"),
             "{keys}"
         );
         assert!(
-            keys.contains("slidegate:{a:api|remote_address=10.2.2.2}:5/1m"),
+            keys.contains("slidegate:v2:{a:api|remote_address=10.2.2.2}:5/1m"),
             "{keys}"
         );
     }
@@ -530,7 +530,7 @@ async fn a_long_adhoc_key_is_counted_not_refused(store: Store) {
             "return table.concat(redis.call('KEYS', '*'), ' ')",
             "0",
         ]);
-        assert!(keys.contains("slidegate:ad:{42}#"), "{keys}");
+        assert!(keys.contains("slidegate:v2:t:ad:{42}#"), "{keys}");
     }
 }
 

@@ -73,7 +73,9 @@ pub enum Error {
         /// The most rules a key holds at once.
         max: usize,
     },
-    /// An atomic decision over keys that live in different Redis Cluster slots.
+    /// An atomic decision over keys that live in different Redis Cluster
+    /// slots, by a store that cannot make one. The Redis store of this
+    /// crate decides such batches slot by slot with compensation instead.
     #[error(
         "keys {first:?} and {other:?} have different hash tags: an atomic decision needs one slot (put a common {{tag}} in the keys)"
     )]
@@ -82,6 +84,28 @@ pub enum Error {
         first: String,
         /// A key that does not share its slot.
         other: String,
+    },
+    /// The store holds something at the key that is not slidegate's state
+    /// of this version: another type (`WRONGTYPE`), another application's
+    /// value, a manual `SET`. The key is refused (never decoded, never
+    /// overwritten) until the value is removed; every other key is decided
+    /// as usual. Not a store failure: no failure policy applies, and it
+    /// never counts toward a circuit breaker.
+    #[error("key {key:?}: {detail}; remove that value or use another key prefix")]
+    KeyConflict {
+        /// The key of the decision.
+        key: String,
+        /// What the store holds, and where (the Redis key).
+        detail: String,
+    },
+    /// A call not made because the circuit breaker of the node that serves
+    /// the key is open (one Redis Cluster master down): a store failure,
+    /// decided by the failure policy. Seen only by stores that a
+    /// [`ResilientStore`](crate::store::resilient::ResilientStore) wraps.
+    #[error("the circuit of store node {node} is open: not called")]
+    CircuitOpen {
+        /// The node (`host:port`).
+        node: String,
     },
     /// The store did not answer within its deadline.
     #[error("the store did not answer within {0:?}")]
@@ -116,12 +140,16 @@ impl std::fmt::Display for StoreBound {
 
 impl Error {
     /// True when the error is the store's fault (unreachable, timed out,
-    /// failed, full), as opposed to bad input from the caller. A failure
-    /// policy applies to these, never to bad input.
+    /// failed, full), as opposed to bad input from the caller or a
+    /// [`KeyConflict`](Error::KeyConflict) on one key. A failure policy
+    /// applies to these, never to the others.
     pub fn is_store_failure(&self) -> bool {
         matches!(
             self,
-            Error::Timeout(_) | Error::Store(_) | Error::StoreFull { .. }
+            Error::Timeout(_)
+                | Error::Store(_)
+                | Error::StoreFull { .. }
+                | Error::CircuitOpen { .. }
         )
     }
 }

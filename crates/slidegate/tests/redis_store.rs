@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::redis_log::read_log_until;
+use common::redis_log::{encode_log, getranges_during, read_log, read_log_until};
 use common::redis_server::RedisServer;
 use redis::AsyncCommands;
 use slidegate::clock::ManualClock;
@@ -349,4 +349,282 @@ async fn failures_are_typed_errors() {
         }
     }
     assert!(answer.expect("a decision").allowed());
+}
+
+/// A Redis key that holds what slidegate did not write (another type, a
+/// foreign string of any length) is refused with an error naming the key:
+/// never decoded, never overwritten, and not a store failure.
+#[tokio::test]
+async fn a_foreign_value_is_refused_with_an_error_naming_the_key() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let mut conn = raw(&server).await;
+    let foreign: [&[u8]; 4] = [&[b'x'; 200], &[0u8; 80], &[0u8; 16], b"hello"];
+    for algorithm in Algorithm::ALL {
+        let rule = Rule::parse("5/1s")
+            .expect("a valid rule")
+            .with_algorithm(algorithm);
+        let key = format!("foreign:{algorithm}");
+        let redis_key = store.state_key(&key, rule);
+        for value in foreign {
+            let _: () = conn.set(&redis_key, value).await.expect("SET");
+            for cost in [1, 0] {
+                let err = store
+                    .acquire(&key, &[rule], cost)
+                    .await
+                    .expect_err("a foreign value");
+                let Error::KeyConflict { key: named, detail } = &err else {
+                    panic!("{algorithm}: {err:?}");
+                };
+                assert_eq!(named, &key);
+                assert!(detail.contains(&redis_key), "{detail}");
+                assert!(!err.is_store_failure());
+            }
+            let kept: Vec<u8> = conn.get(&redis_key).await.expect("GET");
+            assert_eq!(
+                kept, value,
+                "{algorithm}: the foreign value was overwritten"
+            );
+        }
+        let _: () = conn.del(&redis_key).await.expect("DEL");
+        let _: () = conn.lpush(&redis_key, "a list").await.expect("LPUSH");
+        let err = store.acquire(&key, &[rule], 1).await.expect_err("a list");
+        assert!(
+            matches!(&err, Error::KeyConflict { detail, .. } if detail.contains("WRONGTYPE")),
+            "{err:?}"
+        );
+        // The other keys are decided as usual.
+        assert!(
+            store
+                .acquire("neighbour", &[rule], 1)
+                .await
+                .expect("a decision")
+                .allowed()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_names_the_key_that_holds_a_foreign_value() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let mut conn = raw(&server).await;
+    let rule = Rule::parse("5/1s").expect("a valid rule");
+    let _: () = conn
+        .set(store.state_key("{t}:b", rule), "not a log")
+        .await
+        .expect("SET");
+    let err = store
+        .acquire_batch(&[Hit::new("{t}:a", rule, 1), Hit::new("{t}:b", rule, 1)])
+        .await
+        .expect_err("a foreign value");
+    assert!(
+        matches!(&err, Error::KeyConflict { key, .. } if key == "{t}:b"),
+        "{err:?}"
+    );
+    let untouched = store.peek("{t}:a", &[rule]).await.expect("a decision");
+    assert_eq!(untouched.remaining(), 5, "nothing was recorded");
+}
+
+/// `X` and `{X}` are two keys in the memory store; so they are on Redis
+/// (they once shared one Redis key, and a batch of both admitted twice
+/// the limit while storing it once).
+#[tokio::test]
+async fn a_key_and_the_same_key_as_a_hash_tag_are_two_keys() {
+    let server = RedisServer::start();
+    let store = store(&server).await;
+    let rule = Rule::parse("2/1s").expect("a valid rule");
+    let batch = [Hit::new("abc", rule, 2), Hit::new("{abc}", rule, 2)];
+    let first = store.acquire_batch(&batch).await.expect("decisions");
+    assert!(first.iter().all(|d| d.allowed() && d.remaining() == 0));
+    // Admitted 4 units: Redis holds 4, 2 under each key.
+    let mut conn = raw(&server).await;
+    for key in ["abc", "{abc}"] {
+        let log = read_log(&mut conn, &store.state_key(key, rule)).await;
+        assert_eq!(log.iter().map(|(_, c)| c).sum::<u64>(), 2, "{key}");
+    }
+    let again = store.acquire_batch(&batch).await.expect("decisions");
+    assert!(again.iter().all(|d| !d.allowed()), "both are spent");
+    for key in ["abc", "{abc}"] {
+        let d = store.acquire(key, &[rule], 1).await.expect("a decision");
+        assert!(!d.allowed(), "{key} holds its 2 units");
+    }
+}
+
+/// A log holding 1,000,000 expired records and 10 live ones (a busy key,
+/// then a long pause): one decision finds the first live record by search,
+/// reading O(log n) records, where a scan read every expired one (900k
+/// records kept Redis busy for 143 ms). Counted from Redis' side: the
+/// GETRANGE calls the script made, seen through MONITOR. Both script paths:
+/// one rule, and two rules (the batch code).
+#[test]
+fn a_decision_reads_logarithmically_many_of_a_million_expired_records() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let t0 = 1_763_800_000_000_000u64;
+    let rule = Rule::parse("2000000/1m").expect("a valid rule");
+    let other = Rule::parse("1999999/1m").expect("a valid rule");
+    let expired = 1_000_000u64;
+    let mut records: Vec<(u64, u64)> = (0..expired).map(|i| (t0 + 50 * i, 1)).collect();
+    records.extend((1..=10).map(|j| (t0 + 55_000_000 + j, 1)));
+    let log = encode_log(&records, rule.window_micros(), rule.limit());
+    let record_bytes = 7;
+    assert_eq!(log.len(), records.len() * record_bytes + 72);
+    // Every record but the 10 newest is more than a window old.
+    let clock = ManualClock::at(t0 + 55_000_000 + rule.window_micros());
+    let store = runtime
+        .block_on(
+            RedisStore::builder(server.url())
+                .client_clock(clock.clone())
+                .timeout(Duration::from_secs(10))
+                .build(),
+        )
+        .expect("the Redis store connects");
+    let mut conn = runtime.block_on(raw(&server));
+    server
+        .command(&["CONFIG", "SET", "slowlog-log-slower-than", "0"])
+        .expect("CONFIG SET");
+    for (path, rules) in [("one rule", vec![rule]), ("two rules", vec![rule, other])] {
+        let (key, timed) = (
+            format!("long:{}", rules.len()),
+            format!("timed:{}", rules.len()),
+        );
+        runtime.block_on(async {
+            for r in &rules {
+                for k in [&key, &timed] {
+                    let _: () = conn
+                        .set(store.state_key(k, *r), log.as_slice())
+                        .await
+                        .expect("SET");
+                }
+            }
+        });
+        // Timed on one copy of the log, without MONITOR (it slows Redis
+        // down); counted on the other.
+        server
+            .command(&["SLOWLOG", "RESET"])
+            .expect("SLOWLOG RESET");
+        let timed_decision = runtime
+            .block_on(store.acquire(&timed, &rules, 1))
+            .expect("a decision");
+        assert!(timed_decision.allowed(), "{path}");
+        // The EVALSHA's own time in Redis, from SLOWLOG (everything is logged).
+        let script_micros: i64 = runtime.block_on(async {
+            let entries: Vec<Vec<redis::Value>> = redis::cmd("SLOWLOG")
+                .arg("GET")
+                .arg(100)
+                .query_async(&mut conn)
+                .await
+                .expect("SLOWLOG GET");
+            entries
+                .iter()
+                .filter(|e| {
+                    matches!(e.get(3), Some(redis::Value::Array(args))
+                        if matches!(args.first(), Some(redis::Value::BulkString(c)) if c.eq_ignore_ascii_case(b"evalsha")))
+                })
+                .filter_map(|e| match e.get(2) {
+                    Some(redis::Value::Int(micros)) => Some(*micros),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(-1)
+        });
+        let (decision, ranges) = getranges_during(server.port(), || {
+            runtime.block_on(store.acquire(&key, &rules, 1))
+        });
+        let decision = decision.expect("a decision");
+        let limit = rules.iter().map(|r| r.limit()).min().unwrap_or(0);
+        assert!(decision.allowed(), "{path}");
+        assert_eq!(decision.remaining(), limit - 11, "{path}");
+        eprintln!(
+            "{path}: {} GETRANGE calls, {} bytes; the decision took {script_micros} µs in Redis (SLOWLOG)",
+            ranges.len(),
+            ranges.iter().map(|(a, b)| b - a + 1).sum::<i64>()
+        );
+        // Records read past the header and its 64 bytes: the searches (a
+        // gallop and a bisection, log2(1M) = 20 steps each, per rule) and
+        // the compaction that keeps the 11 live records.
+        let records_read: i64 = ranges
+            .iter()
+            .filter(|(from, _)| *from >= 0)
+            .map(|(from, to)| (to - from + 1) / record_bytes as i64)
+            .sum();
+        let bound = rules.len() as i64 * (2 * 20 + 2 + 11);
+        assert!(
+            records_read <= bound,
+            "{path}: {records_read} records read of 1,000,010 (at most {bound})"
+        );
+        assert!(ranges.len() as i64 <= bound, "{path}: {ranges:?}");
+        let next = runtime
+            .block_on(store.acquire(&key, &rules, 1))
+            .expect("a decision");
+        assert_eq!(next.remaining(), limit - 12, "{path}");
+    }
+}
+
+/// Two processes on a client clock, one 5 s ahead of the other. The one
+/// ahead records at its time and sets the key's expiry on its clock; the
+/// one behind then records too, clamped to that newest record: the key
+/// must outlive that record on the clock behind (5 s longer), or the
+/// record is forgotten while it still counts there.
+#[tokio::test]
+async fn an_admission_clamped_to_a_newer_record_extends_the_expiry() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let t = 1_763_800_000_000_000u64;
+    let (ahead, behind) = (ManualClock::at(t + 5_000_000), ManualClock::at(t));
+    let open = |clock: &ManualClock| {
+        RedisStore::builder(server.url())
+            .client_clock(clock.clone())
+            .expiry_margin(Duration::from_millis(1))
+            .build()
+    };
+    let (ahead, behind) = (
+        open(&ahead).await.expect("connects"),
+        open(&behind).await.expect("connects"),
+    );
+    let rule = Rule::parse("5/10s").expect("a valid rule");
+    assert!(
+        ahead
+            .acquire("skew", &[rule], 1)
+            .await
+            .expect("a decision")
+            .allowed()
+    );
+    let key = ahead.state_key("skew", rule);
+    let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
+    assert!(ttl <= 10_002, "{ttl}");
+    assert!(
+        behind
+            .acquire("skew", &[rule], 1)
+            .await
+            .expect("a decision")
+            .allowed()
+    );
+    let ttl: i64 = conn.pttl(&key).await.expect("PTTL");
+    assert!(
+        ttl > 14_900,
+        "the key expires in {ttl} ms: before the newest record leaves the window on the clock behind (15 s)"
+    );
+}
+
+#[tokio::test]
+async fn a_client_clock_keeps_keys_a_second_longer_by_default() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let store = RedisStore::builder(server.url())
+        .client_clock(ManualClock::at(1_763_800_000_000_000))
+        .build()
+        .await
+        .expect("connects");
+    let rule = Rule::parse("5/100ms").expect("a valid rule");
+    store.acquire("k", &[rule], 1).await.expect("a decision");
+    let ttl: i64 = conn.pttl(store.state_key("k", rule)).await.expect("PTTL");
+    assert!(
+        (1_050..=1_101).contains(&ttl),
+        "PTTL {ttl}: 100 ms + the 1 s margin"
+    );
 }

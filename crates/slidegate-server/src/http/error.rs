@@ -64,6 +64,12 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// The body is not sent as `Content-Type: application/json`.
     UnsupportedMediaType,
+    /// The store holds a value at the request's key that slidegate did not
+    /// write (another type of Redis value, another application's string):
+    /// that key is refused, answered 409 until the value is removed, while
+    /// every other key is decided as usual. Not a store outage: no failure
+    /// policy applies to it.
+    KeyConflict,
     /// The store failed or could not be reached.
     StoreUnavailable,
     /// A bug or a misconfiguration of the service, never bad input.
@@ -81,6 +87,7 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ErrorCode::KeyConflict => StatusCode::CONFLICT,
             ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
@@ -205,12 +212,15 @@ impl From<slidegate::Error> for ApiError {
             E::CostExceedsLimit { .. } => ErrorCode::CostExceedsLimit,
             E::InvalidKey(_) | E::CrossSlot { .. } => ErrorCode::InvalidKey,
             E::NoRules => ErrorCode::InvalidRules,
+            E::KeyConflict { .. } => ErrorCode::KeyConflict,
             E::Config(_) => ErrorCode::InternalError,
             e if e.is_store_failure() => ErrorCode::StoreUnavailable,
             _ => ErrorCode::InvalidRequest,
         };
         match code {
-            ErrorCode::StoreUnavailable => tracing::warn!(%error, "store failure"),
+            ErrorCode::StoreUnavailable | ErrorCode::KeyConflict => {
+                tracing::warn!(%error, "store failure")
+            }
             ErrorCode::InternalError => tracing::error!(%error, "cannot decide"),
             _ => tracing::debug!(%error, "bad request"),
         }
@@ -324,5 +334,22 @@ mod tests {
             reason: "y".into(),
         });
         assert_eq!(rate.code().status(), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn a_key_conflict_is_a_409_naming_the_key() {
+        let conflict = ApiError::from(slidegate::Error::KeyConflict {
+            key: "login:1".into(),
+            detail: "the Redis key \"slidegate:v2:{login:1}:5/1s\" holds a list".into(),
+        });
+        assert_eq!(conflict.code().status(), StatusCode::CONFLICT);
+        let body: serde_json::Value = serde_json::from_slice(&conflict.body()).unwrap();
+        assert_eq!(body["error"]["code"], "key_conflict");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("login:1")
+        );
     }
 }

@@ -2,9 +2,10 @@
 //! `ShouldRateLimit` and `POST /v1/check` both translate to and from.
 //!
 //! The descriptors of one request that are enforced are decided in one
-//! atomic batch: all pass and are recorded, or none is recorded. On Redis
-//! Cluster that holds per slot: descriptors whose counters live in
-//! different slots are decided slot by slot. Shadow-mode
+//! batch: all pass and are recorded, or none is recorded. On Redis Cluster,
+//! descriptors whose counters live in different slots are decided slot by
+//! slot by the store, which undoes what it recorded when a later slot
+//! denies (see the Redis store's cross-slot decisions). Shadow-mode
 //! and quota-mode limits are counted when the request passes and they have
 //! room, and never deny it.
 
@@ -215,11 +216,9 @@ pub async fn check<S: Store>(
         .collect();
     let mut passed = !vetoed;
     if !hits.is_empty() {
-        let results = match store.acquire_batch(&hits).await {
-            // Redis Cluster: one atomic decision per slot.
-            Err(slidegate::Error::CrossSlot { .. }) => decide_by_slot(store, &hits).await?,
-            other => other?,
-        };
+        // All or nothing, across Redis Cluster slots too (the store undoes
+        // the slots it recorded when another denies).
+        let results = store.acquire_batch(&hits).await?;
         passed &= results.iter().all(Decision::allowed);
         for (&i, decision) in hard.iter().zip(results) {
             decisions[i] = Some(decision);
@@ -235,36 +234,6 @@ pub async fn check<S: Store>(
     let mut response = respond(&plans, &decisions);
     response.known_domain = config.has_domain(&request.domain);
     Ok(response)
-}
-
-/// Decides `hits` in groups that share a store slot, each group all or
-/// nothing, and returns the decisions in the order of `hits`.
-async fn decide_by_slot<S: Store>(
-    store: &S,
-    hits: &[Hit<'_>],
-) -> Result<Vec<Decision>, CheckError> {
-    let mut slots: Vec<&str> = hits
-        .iter()
-        .map(|h| slidegate::store::slot_key(h.key))
-        .collect();
-    slots.sort_unstable();
-    slots.dedup();
-    let mut decisions: Vec<Option<Decision>> = vec![None; hits.len()];
-    for slot in slots {
-        let (indices, group): (Vec<usize>, Vec<Hit<'_>>) = hits
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| slidegate::store::slot_key(h.key) == slot)
-            .map(|(i, h)| (i, *h))
-            .unzip();
-        for (i, decision) in indices.into_iter().zip(store.acquire_batch(&group).await?) {
-            decisions[i] = Some(decision);
-        }
-    }
-    decisions
-        .into_iter()
-        .map(|d| d.ok_or(CheckError::Store(slidegate::Error::NoRules)))
-        .collect()
 }
 
 fn plan(

@@ -81,6 +81,7 @@ pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> B
         on_error: policy,
         timeout_ms,
         clock: ClockMode::Server,
+        expiry_margin_ms: None,
         max_keys: 1_000_000,
         max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,
         max_rules_per_key: 16,

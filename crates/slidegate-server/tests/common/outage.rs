@@ -93,6 +93,18 @@ pub async fn off_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'stati
 /// Both protocols in-process on `url`, with the failure policy and the
 /// store deadline of `slidegate serve`, and the `faults` rules for gRPC.
 pub async fn in_process(url: &str, policy: FailurePolicy, timeout: Duration) -> TestServer {
+    in_process_with(url, policy, timeout, false).await
+}
+
+/// [`in_process`], serving `GET /metrics` when `metrics` is set (the
+/// process' recorder, installed before the store is opened).
+pub async fn in_process_with(
+    url: &str,
+    policy: FailurePolicy,
+    timeout: Duration,
+    metrics: bool,
+) -> TestServer {
+    let handle = metrics.then(slidegate_server::metrics::install);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let rules = rules_file(dir.path());
     let live = LiveConfig::load(vec![rules.into()], LoadOptions::default()).expect("the rules");
@@ -102,9 +114,11 @@ pub async fn in_process(url: &str, policy: FailurePolicy, timeout: Duration) -> 
         timeout.as_millis() as u64,
     )
     .await;
-    TestServer::full(AppState::new(backend).with_config(live.current()))
-        .await
-        .keeping(dir)
+    let mut state = AppState::new(backend).with_config(live.current());
+    if let Some(handle) = handle {
+        state = state.with_metrics(handle);
+    }
+    TestServer::full(state).await.keeping(dir)
 }
 
 pub fn assert_no_failures(what: &str, samples: &[Sample]) {

@@ -154,24 +154,33 @@ impl Cluster {
     /// them with `redis-cli --cluster create`, and waits until every node
     /// says `cluster_state:ok` and every replica follows its master.
     pub fn start(masters: usize, replicas: usize, node_timeout_ms: u64) -> Cluster {
+        Cluster::start_with(masters, replicas, node_timeout_ms, &[])
+    }
+
+    /// The same, with extra `redis-server` options on every node.
+    pub fn start_with(
+        masters: usize,
+        replicas: usize,
+        node_timeout_ms: u64,
+        extra: &[&str],
+    ) -> Cluster {
         let mut nodes = Vec::new();
         for _ in 0..masters * (1 + replicas) {
             let port = free_port(true);
             let conf = format!("nodes-{port}.conf");
             let timeout = node_timeout_ms.to_string();
-            nodes.push(Redis::start_on(
-                port,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    &timeout,
-                    "--appendonly",
-                    "no",
-                ],
-            ));
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--cluster-node-timeout",
+                &timeout,
+                "--appendonly",
+                "no",
+            ];
+            args.extend_from_slice(extra);
+            nodes.push(Redis::start_on(port, &args));
         }
         let addresses: Vec<String> = nodes.iter().map(Redis::addr).collect();
         let output = Command::new("redis-cli")

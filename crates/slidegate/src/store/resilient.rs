@@ -8,7 +8,12 @@
 //!   call is made at all; after a cool-down (200 ms, doubling to 1 s) one
 //!   probe goes through, and the first success closes it again. A backend
 //!   that is down is probed at least once a second, however long it was
-//!   down, so decisions go back to it about a second after it returns;
+//!   down, so decisions go back to it about a second after it returns. A
+//!   probe whose caller leaves before its deadline gives its turn back (the
+//!   next probe goes one cool-down later); one still unanswered at its
+//!   deadline is a failure. On a Redis Cluster there is one breaker per
+//!   master: a dead master degrades only the keys it serves
+//!   ([`open_circuits`](ResilientStore::open_circuits) names them);
 //! - a **bound on calls in flight** (`max_in_flight`, default 1024): no
 //!   pile-up of waiting tasks when the backend is slow;
 //! - a **failure policy** for every decision the backend could not make:
@@ -45,12 +50,13 @@
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
-use self::breaker::{Breaker, Permit};
+use self::breaker::{Breaker, Settings};
 use self::deny_cache::DenyCache;
+use self::gate::{Gate, Nodes};
 use super::memory::MemoryStore;
 use super::{Hit, Store, check_cost, validate_key};
 use crate::clock::{Clock, MonotonicClock};
@@ -63,6 +69,7 @@ pub const DEFAULT_LOCAL_MAX_BYTES: usize = 256 << 20;
 
 mod breaker;
 mod deny_cache;
+pub(crate) mod gate;
 
 /// What to answer when the backend cannot decide.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -121,6 +128,7 @@ impl<S> fmt::Debug for ResilientStore<S> {
             .field("policy", &self.shared.policy)
             .field("timeout", &self.shared.timeout)
             .field("circuit_open", &self.shared.breaker.is_open())
+            .field("open_nodes", &self.shared.nodes.open())
             .finish_non_exhaustive()
     }
 }
@@ -130,7 +138,10 @@ struct Shared<S> {
     policy: FailurePolicy,
     timeout: Duration,
     policy_retry_after: Duration,
-    breaker: Breaker,
+    /// The breaker of the store as a whole: every store but a cluster.
+    breaker: Arc<Breaker>,
+    /// One breaker per node, for a store that names its nodes (see `gate`).
+    nodes: Arc<Nodes>,
     in_flight: Semaphore,
     local: MemoryStore<String, Arc<dyn Clock>>,
     deny_cache: Option<DenyCache>,
@@ -175,9 +186,18 @@ impl<S: Store> ResilientStore<S> {
         &self.shared.store
     }
 
-    /// True while the circuit is open: decisions are made by the policy.
+    /// True while the circuit of the whole store, or of any of its nodes,
+    /// is open: some decisions are made by the policy.
     pub fn is_degraded(&self) -> bool {
-        self.shared.breaker.is_open()
+        self.shared.breaker.is_open() || !self.shared.nodes.open().is_empty()
+    }
+
+    /// The nodes (Redis Cluster masters, as `host:port`) whose circuit is
+    /// open: keys they serve are decided by the policy, all others by the
+    /// store. Empty for a store that is not a cluster (see
+    /// [`is_degraded`](Self::is_degraded)).
+    pub fn open_circuits(&self) -> Vec<String> {
+        self.shared.nodes.open()
     }
 
     /// The failure policy.
@@ -275,13 +295,19 @@ impl<S: Store> ResilientStoreBuilder<S> {
         let clock: Arc<dyn Clock> = self
             .clock
             .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
+        let settings = Settings {
+            threshold: self.failure_threshold,
+            min_cooldown: self.cooldown.0,
+            max_cooldown: self.cooldown.1,
+        };
         ResilientStore {
             shared: Arc::new(Shared {
                 store: self.store,
                 policy: self.policy,
                 timeout: self.timeout,
                 policy_retry_after: self.policy_retry_after,
-                breaker: Breaker::new(self.failure_threshold, self.cooldown.0, self.cooldown.1),
+                breaker: Arc::new(Breaker::new("store", settings)),
+                nodes: Arc::new(Nodes::new(settings)),
                 in_flight: Semaphore::new(self.max_in_flight),
                 local: MemoryStore::builder()
                     .clock(Arc::clone(&clock))
@@ -302,39 +328,49 @@ enum Call<T> {
 }
 
 impl<S: Store> Shared<S> {
-    /// Runs `call` under the breaker, the in-flight bound and the deadline.
+    /// Runs `call` under the breakers, the in-flight bound and the deadline.
+    ///
+    /// Every permit taken here or by the store (per node, see `gate`) is a
+    /// guard: if this future is dropped, the permits settle themselves by
+    /// the deadline (see `breaker`), so no probe is ever left pending.
     async fn call<T, F>(&self, call: F) -> Result<Call<T>>
     where
         F: std::future::Future<Output = Result<T>>,
     {
-        let permit = self.breaker.permit();
-        if permit == Permit::Refuse {
+        let deadline = Instant::now() + self.timeout;
+        let Some(permit) = self.breaker.permit(deadline) else {
             return Ok(Call::Failed);
-        }
+        };
         let Ok(_slot) = self.in_flight.try_acquire() else {
             // Not the backend's fault: leave the breaker as it is, but let
             // a waiting probe go again.
-            self.breaker.success_if_probe(permit);
+            permit.release();
             return Ok(Call::Failed);
         };
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(answer)) => {
-                self.breaker.success(permit);
-                Ok(Call::Answered(answer))
-            }
+        let gate = Gate::new(Arc::clone(&self.nodes), deadline);
+        let result = tokio::time::timeout(self.timeout, gate.scope(call)).await;
+        let failed = match &result {
+            Ok(Ok(_)) => false,
+            Ok(Err(error)) => error.is_store_failure(),
+            Err(_) => true,
+        };
+        // A store that named its nodes settled their permits itself: as a
+        // whole, it answered.
+        if failed && !gate.by_node() {
+            permit.failure();
+        } else {
+            permit.success();
+        }
+        match result {
+            Ok(Ok(answer)) => Ok(Call::Answered(answer)),
             Ok(Err(error)) if error.is_store_failure() => {
                 tracing::debug!(%error, "store call failed");
-                self.breaker.failure(permit);
                 Ok(Call::Failed)
             }
-            Ok(Err(error)) => {
-                // The backend answered; the request was bad.
-                self.breaker.success(permit);
-                Err(error)
-            }
+            // The backend answered; the request was bad.
+            Ok(Err(error)) => Err(error),
             Err(_) => {
                 tracing::debug!(timeout = ?self.timeout, "store call timed out");
-                self.breaker.failure(permit);
                 Ok(Call::Failed)
             }
         }
@@ -401,11 +437,27 @@ fn min_limit(rules: &[Rule]) -> u64 {
 
 /// The answer to a batch whose every hit has a denial in force: the store
 /// would deny each (a hit's counter alone already refuses it), so the batch
-/// too. `None` as soon as one hit needs the store.
+/// too. `None` as soon as one hit needs the store, and for a batch that
+/// repeats a (key, rule): the store decides such hits on their summed
+/// cost, with a `retry_after` a denial of one hit alone does not give.
 fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Decision>> {
+    if hits
+        .iter()
+        .enumerate()
+        .any(|(i, h)| shares_a_counter(hits, i, h))
+    {
+        return None;
+    }
     hits.iter()
         .map(|h| cache.lookup(h.key, &[h.rule], h.cost, now))
         .collect()
+}
+
+/// True when another hit of `hits` than the `i`-th counts on `hit`'s counter.
+fn shares_a_counter(hits: &[Hit<'_>], i: usize, hit: &Hit<'_>) -> bool {
+    hits.iter()
+        .enumerate()
+        .any(|(j, other)| j != i && other.key == hit.key && other.rule == hit.rule)
 }
 
 /// Remembers the denials of a batch's hits whose counter no other hit of
@@ -413,11 +465,7 @@ fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Dec
 /// call of its own would have been.
 fn remember_batch(cache: &DenyCache, hits: &[Hit<'_>], decisions: &[Decision], sent: u64) {
     for (i, (hit, decision)) in hits.iter().zip(decisions).enumerate() {
-        let alone = !hits
-            .iter()
-            .enumerate()
-            .any(|(j, other)| j != i && other.key == hit.key && other.rule == hit.rule);
-        if alone && !decision.allowed() {
+        if !shares_a_counter(hits, i, hit) && !decision.allowed() {
             cache.insert(hit.key, &[hit.rule], hit.cost, sent, *decision);
         }
     }

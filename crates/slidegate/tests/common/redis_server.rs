@@ -95,21 +95,25 @@ impl RedisCluster {
     /// Starts three cluster-enabled servers, joins them with
     /// `redis-cli --cluster create` and waits for `cluster_state:ok`.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(&[])
+    }
+
+    /// The same, with extra `redis-server` options on every node.
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..3 {
             let port = free_port(true);
             let conf = format!("nodes-{port}.conf");
-            nodes.push(RedisServer::start_with(
-                port,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    &conf,
-                    "--cluster-node-timeout",
-                    "5000",
-                ],
-            ));
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &conf,
+                "--cluster-node-timeout",
+                "5000",
+            ];
+            args.extend_from_slice(extra);
+            nodes.push(RedisServer::start_with(port, &args));
         }
         let addresses: Vec<String> = nodes
             .iter()
@@ -132,6 +136,26 @@ impl RedisCluster {
             });
         }
         RedisCluster { nodes }
+    }
+
+    /// The node that serves `slot` (by `CLUSTER NODES`), if any.
+    pub fn master_of(&self, slot: u16) -> Option<&RedisServer> {
+        let nodes = self.nodes.first()?.command(&["CLUSTER", "NODES"])?;
+        let port = nodes.lines().find_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let serves = fields.iter().skip(8).any(|range| {
+                let (low, high) = range.split_once('-').unwrap_or((range, range));
+                matches!((low.parse::<u16>(), high.parse::<u16>()), (Ok(l), Ok(h)) if (l..=h).contains(&slot))
+            });
+            let address = fields.get(1)?.split('@').next()?;
+            serves.then(|| address.rsplit_once(':')?.1.parse::<u16>().ok())?
+        })?;
+        self.nodes.iter().find(|n| n.port() == port)
+    }
+
+    /// `redis://127.0.0.1:P` of every node.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
     }
 
     /// `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`
@@ -158,6 +182,30 @@ fn free_port(with_bus: bool) -> u16 {
             return port;
         }
     }
+}
+
+/// The Redis Cluster slot of `key`, as `CLUSTER KEYSLOT` computes it:
+/// CRC16 (XMODEM) of its hash tag, or of the whole key, modulo 16384.
+pub fn key_slot(key: &str) -> u16 {
+    let tagged = slidegate::store::slot_key(key);
+    let mut crc: u16 = 0;
+    for byte in tagged.bytes() {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
+}
+
+/// Runs one command on the server at `port` (see [`RedisServer::command`]),
+/// from any thread.
+pub fn command_on(port: u16, args: &[&str]) -> Option<String> {
+    command(port, args)
 }
 
 /// A minimal RESP client, enough to wait for a server without the crate

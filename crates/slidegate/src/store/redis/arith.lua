@@ -110,3 +110,31 @@ local function ttl_ms(deadline, now, margin)
   return ms
 end
 
+-- Refuses the call: KEYS[index] holds something that is not this version's
+-- state (another type, a foreign string). Raised before anything is
+-- written; the store answers it as an error naming the key.
+local function conflict(index, what)
+  error({ err = format('KEYCONFLICT %d %s', index, what) })
+end
+
+-- Raises the error a read of KEYS[index] answered: a key conflict when the
+-- key holds another type, else as it came (a store failure).
+local function refused(index, reply)
+  if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
+    conflict(index, 'holds another type of value (' .. reply.err .. ')')
+  end
+  error(reply)
+end
+
+-- The value of KEYS[index] for an algorithm whose state is `size` bytes of
+-- doubles and the byte 254 (this format's mark), or nil when absent.
+local function load_value(index, size, name)
+  local value = redis.pcall('GET', KEYS[index])
+  if type(value) == 'table' then
+    refused(index, value)
+  end
+  if value and (#value ~= size + 1 or string.byte(value, size + 1) ~= 254) then
+    conflict(index, 'holds a string that is not a ' .. name .. ' state of this version')
+  end
+  return value
+end

@@ -1,6 +1,7 @@
 -- slidegate: the fixed window (see algorithm/fixed_window.rs).
 --
--- One STRING per (key, rule): start and count, as two little-endian doubles.
+-- One STRING per (key, rule): start and count, as two little-endian
+-- doubles, then the byte 254 (this format's mark).
 --
 -- Built on first use in a call: an EVALSHA runs the whole chunk, and
 -- creating the functions of algorithms a call does not use costs Redis CPU.
@@ -8,13 +9,10 @@
 local function build_fixed_window()
   local fixed_window = {}
 
-  function fixed_window.load(key, limit, window)
-    local st = { key = key, limit = limit, window = window, start = 0, count = 0 }
-    local value = redis.call('GET', key)
+  function fixed_window.load(index, limit, window)
+    local st = { key = KEYS[index], limit = limit, window = window, start = 0, count = 0 }
+    local value = load_value(index, 16, 'fixed_window')
     if value then
-      if #value ~= 16 then
-        error('slidegate: malformed fixed_window state at ' .. key)
-      end
       st.start, st.count = bunpack('<dd', value)
       st.existed = true
     end
@@ -58,9 +56,24 @@ local function build_fixed_window()
     if st.count > 0 then
       deadline = st.start + st.window
     end
-    local value = bpack('<dd', st.start, st.count)
+    local value = bpack('<ddB', st.start, st.count, 254)
     redis.call('SET', st.key, value, 'PX', format('%d', ttl_ms(deadline, now, margin)))
   end
+  -- What a cross-slot undo needs: the window the cost was counted in.
+  function fixed_window.mark(st)
+    return st.start
+  end
+
+  -- Takes back c counted in the window starting at start, if that window
+  -- is still the one kept: counts add up, so this is exact.
+  function fixed_window.undo(st, now, margin, start, c)
+    if st.start ~= start then
+      return
+    end
+    st.count = math.max(st.count - c, 0)
+    fixed_window.save(st, now, margin)
+  end
+
   return fixed_window
 end
 

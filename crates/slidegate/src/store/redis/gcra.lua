@@ -1,6 +1,7 @@
 -- slidegate: GCRA (see algorithm/gcra.rs).
 --
--- One STRING per (key, rule): q and r as two little-endian doubles, the
+-- One STRING per (key, rule): q and r as two little-endian doubles (then
+-- the byte 254, this format's mark), the
 -- theoretical arrival time scaled by the limit L kept as tat_scaled =
 -- q * L + r (q whole µs, 0 <= r < L), so the emission interval W / L is
 -- applied exactly, with no scaled value (which would reach 10^27) ever held
@@ -12,13 +13,10 @@
 local function build_gcra()
   local gcra = {}
 
-  function gcra.load(key, limit, window)
-    local st = { key = key, limit = limit, window = window, q = 0, r = 0 }
-    local value = redis.call('GET', key)
+  function gcra.load(index, limit, window)
+    local st = { key = KEYS[index], limit = limit, window = window, q = 0, r = 0 }
+    local value = load_value(index, 16, 'gcra')
     if value then
-      if #value ~= 16 then
-        error('slidegate: malformed gcra state at ' .. key)
-      end
       st.q, st.r = bunpack('<dd', value)
       st.existed = true
     end
@@ -91,8 +89,35 @@ local function build_gcra()
 
   function gcra.save(st, now, margin)
     local ttl = ttl_ms(gcra_ceil(st.q, st.r), now, margin)
-    redis.call('SET', st.key, bpack('<dd', st.q, st.r), 'PX', format('%d', ttl))
+    redis.call('SET', st.key, bpack('<ddB', st.q, st.r, 254), 'PX', format('%d', ttl))
   end
+  -- What a cross-slot undo needs: when the cost was admitted.
+  function gcra.mark(_, now)
+    return now
+  end
+
+  -- Takes back what is left of c units admitted at t: their emission
+  -- intervals c * W / L, less the time since t, and nothing once that much
+  -- time has passed. Why this never lets more through than if they had
+  -- never been admitted: see cross_slot.rs.
+  function gcra.undo(st, now, margin, t, c)
+    local L, W = st.limit, st.window
+    local cq, cr = muldiv(c, W, L)
+    local elapsed = now - t
+    if elapsed < 0 then
+      elapsed = 0
+    end
+    if cq < elapsed or (cq == elapsed and cr == 0) then
+      return
+    end
+    local q, r = st.q - (cq - elapsed), st.r - cr
+    if r < 0 then
+      q, r = q - 1, r + L
+    end
+    st.q, st.r = q, r
+    gcra.save(st, now, margin)
+  end
+
   return gcra
 end
 

@@ -1,15 +1,22 @@
-//! Redis key names: `prefix:{key}:rule`, so that every rule of one key, and
-//! every key that shares a hash tag, lands in one Redis Cluster slot.
+//! Redis key names: `prefix:v2:{key}:rule` (or `prefix:v2:t:key:rule` for a
+//! key with its own hash tag), so that every rule of one key, and every key
+//! that shares a hash tag, lands in one Redis Cluster slot, and no two keys
+//! share a name.
+//!
+//! The `v2` is the version of the stored format (see `sliding_log.lua`):
+//! a release that changes the format changes it, so old and new values
+//! never meet, not even during a rolling upgrade. The price is that
+//! counters start fresh once when the version changes; the old keys
+//! expire on their own.
 
 use crate::algorithm::Algorithm;
 use crate::rate::{Rate, Rule};
-use crate::store::hash_tag;
+use crate::store::{hash_tag, slot_key};
+
+/// The version of the stored format, part of every key name.
+pub(crate) const FORMAT: &str = "v2";
 
 /// The Redis key holding `rule`'s state for `key`.
-///
-/// A key that already carries a hash tag (`user:{42}:login`) is used as is;
-/// any other is wrapped in braces so the whole key is its tag. The prefix
-/// has no braces (checked by the builder), so the tag is always the key's.
 pub(crate) fn state_key(prefix: &str, key: &str, rule: Rule) -> String {
     let mut out = key_stem(prefix, key);
     out.push_str(&rule.rate().to_string());
@@ -20,21 +27,35 @@ pub(crate) fn state_key(prefix: &str, key: &str, rule: Rule) -> String {
     out
 }
 
-/// Everything before the rule: `prefix:{key}:` or `prefix:key:`. It
-/// carries the key's hash tag, so it names the key's slot.
+/// Everything before the rule: `prefix:v2:{key}:` for a key without a hash
+/// tag (the whole key becomes its tag), `prefix:v2:t:key:` for one with a
+/// tag (kept as it is). The prefix has no braces (checked by the builder),
+/// so the first `{` is always the key's, and the stem names the key's
+/// slot. A key without a tag has no braces at all (see `validate_key`), so
+/// `{` right after the version is only ever an untagged key: `X` and `{X}`
+/// get different names (`p:v2:{X}:` and `p:v2:t:{X}:`).
 pub(crate) fn key_stem(prefix: &str, key: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + key.len() + 24);
+    let mut out = String::with_capacity(prefix.len() + key.len() + 28);
     out.push_str(prefix);
     out.push(':');
+    out.push_str(FORMAT);
     if hash_tag(key).is_some() {
+        out.push_str(":t:");
         out.push_str(key);
     } else {
-        out.push('{');
+        out.push_str(":{");
         out.push_str(key);
         out.push('}');
     }
     out.push(':');
     out
+}
+
+/// The Redis key of the undo journal of one cross-slot decision in the
+/// slot of `key` (see `cross_slot.rs`): `prefix:v2:undo:{slot}:token`. No
+/// state key starts that way (a stem has `{` or `t:` after the version).
+pub(crate) fn journal_key(prefix: &str, key: &str, token: &str) -> String {
+    format!("{prefix}:{FORMAT}:undo:{{{}}}:{token}", slot_key(key))
 }
 
 /// A SCAN MATCH pattern for every state of `key` (and possibly of other
@@ -85,7 +106,7 @@ mod tests {
     fn untagged_keys_are_wrapped_and_tagged_keys_kept() {
         assert_eq!(
             state_key("slidegate", "login:10.0.0.1", rule("100/1m")),
-            "slidegate:{login:10.0.0.1}:100/1m"
+            "slidegate:v2:{login:10.0.0.1}:100/1m"
         );
         assert_eq!(
             state_key(
@@ -93,8 +114,26 @@ mod tests {
                 "user:{42}:login",
                 rule("10/s").with_algorithm(Algorithm::Gcra)
             ),
-            "p:user:{42}:login:10/1s:gcra"
+            "p:v2:t:user:{42}:login:10/1s:gcra"
         );
+    }
+
+    #[test]
+    fn a_key_and_the_same_key_as_a_tag_get_different_names_in_one_slot() {
+        let r = rule("2/1s");
+        let (plain, tagged) = (state_key("p", "abc", r), state_key("p", "{abc}", r));
+        assert_ne!(plain, tagged);
+        assert_eq!(slot_key(&plain), "abc");
+        assert_eq!(slot_key(&tagged), "abc");
+    }
+
+    #[test]
+    fn journals_share_the_slot_of_their_key_and_no_state_name() {
+        let journal = journal_key("p", "user:{42}:a", "t0k3n");
+        assert_eq!(journal, "p:v2:undo:{42}:t0k3n");
+        assert_eq!(slot_key(&journal), "42");
+        assert_eq!(slot_key(&journal_key("p", "plain", "x")), "plain");
+        assert!(!is_state_of("p", "undo", journal.as_bytes()));
     }
 
     #[test]
@@ -106,12 +145,17 @@ mod tests {
         assert!(is_state_of("p", "user:{42}:a", own.as_bytes()));
         assert!(is_state_of("p", "user:{42}:a", gcra.as_bytes()));
         assert!(!is_state_of("p", "user:{42}:a", longer.as_bytes()));
-        assert!(!is_state_of("p", "user:{42}:a", b"p:user:{42}:a:100/60s"));
         assert!(!is_state_of(
             "p",
             "user:{42}:a",
-            b"p:user:{42}:a:100/1m:sliding_log"
+            b"p:v2:t:user:{42}:a:100/60s"
         ));
-        assert_eq!(scan_pattern("p", "a*b?[c]"), "p:{a\\*b\\?\\[c\\]}:*");
+        assert!(!is_state_of(
+            "p",
+            "user:{42}:a",
+            b"p:v2:t:user:{42}:a:100/1m:sliding_log"
+        ));
+        assert!(!is_state_of("p", "{a}", state_key("p", "a", r).as_bytes()));
+        assert_eq!(scan_pattern("p", "a*b?[c]"), "p:v2:{a\\*b\\?\\[c\\]}:*");
     }
 }

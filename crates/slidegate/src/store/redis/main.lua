@@ -1,6 +1,22 @@
 -- slidegate: the driver of every call but a single sliding-log hit: one hit
 -- of another algorithm, or several hits decided all-or-nothing (several
 -- rules of one key, or the descriptors of one request).
+--
+-- A decision over keys in several Redis Cluster slots is made slot by slot
+-- (see cross_slot.rs), with three more modes, told by a negative hit count
+-- -(mode * 2^20 + hits), each on the batch layout of the spec followed by
+-- the journal's lifetime (ms), with the journal's key last in KEYS:
+--
+--   1 record: decide and record as usual, unless the journal key exists
+--     (the decision was undone before this call ran: nothing is done); when
+--     recorded, write the journal: per state, what was added, so that
+--     exactly that can be taken back.
+--   2 check: decide without recording anything, as when another part of
+--     the batch denies (hits that would pass report their state).
+--   3 undo: take back what the journal says was recorded, if it is still
+--     there; then leave a tombstone in its place, so the undo is done once
+--     however often it is sent and a record call that had not run yet
+--     never will; then answer as a check.
 
 local BUILDERS = { [0] = build_sliding_log, build_sliding_counter, build_fixed_window, build_gcra }
 local built = {}
@@ -14,9 +30,15 @@ local function build(algorithm_code)
   return algorithm
 end
 
-if n == 1 then
+local mode = 0
+if n < 0 then
+  mode = math.floor(-n / 1048576)
+  n = -n % 1048576
+end
+
+if mode == 0 and n == 1 then
   local algorithm = build(code)
-  local st = algorithm.load(KEYS[1], L, W)
+  local st = algorithm.load(1, L, W)
   local allowed, _, remaining, retry, reset = algorithm.check(st, now, cost)
   if allowed == 1 and cost > 0 then
     algorithm.record(st, now, cost)
@@ -30,14 +52,39 @@ end
 -- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost and
 -- checked cost. States are loaded once per key.
 local spec = ARGV[1]
+local journal, lifetime
+if mode > 0 then
+  journal = KEYS[#KEYS]
+  lifetime = format('%d', bunpack('<d', spec, 25 + 48 * n))
+end
+if mode == 1 and redis.call('EXISTS', journal) == 1 then
+  return redis.error_reply('CANCELLED this decision was undone before it ran')
+end
+if mode == 3 then
+  -- Per state recorded: KEYS index, algorithm, limit, window, mark, cost.
+  local entries = redis.call('GET', journal)
+  if entries and #entries > 1 then
+    for at = 1, #entries, 48 do
+      local index, algorithm_code, limit, window, mark, added = bunpack('<dddddd', entries, at)
+      local algorithm = build(algorithm_code)
+      local st = algorithm.load(index, limit, window)
+      if st.existed then
+        algorithm.undo(st, now, margin, mark, added)
+      end
+    end
+  end
+  redis.call('SET', journal, 'x', 'PX', lifetime)
+  mode = 2
+end
+
 local state, costs, askeds, states = {}, {}, {}, {}
 for i = 1, n do
   local key, algorithm_code, limit, window, c, a = bunpack('<dddddd', spec, 25 + 48 * (i - 1))
   local st = states[key]
   if not st then
     local algorithm = build(algorithm_code)
-    st = algorithm.load(KEYS[key], limit, window)
-    st.algorithm = algorithm
+    st = algorithm.load(key, limit, window)
+    st.algorithm, st.code = algorithm, algorithm_code
     states[key] = st
   end
   state[i], costs[i], askeds[i] = st, c, a
@@ -50,7 +97,7 @@ end
 
 -- The reply: four numbers per hit (allowed, remaining, retry_after,
 -- reset_after), filled in place.
-local reply, all_allowed = {}, true
+local reply, all_allowed = {}, mode ~= 2
 local function decide(i, c)
   local st = state[i]
   local j = 4 * (i - 1)
@@ -67,7 +114,9 @@ end
 for i = 1, n do
   if costs[i] > 0 then
     if all_allowed then
-      state[i].algorithm.record(state[i], now, costs[i])
+      local st = state[i]
+      st.algorithm.record(st, now, costs[i])
+      st.added = (st.added or 0) + costs[i]
     elseif reply[4 * i - 3] == 1 then
       -- Nothing is recorded: the hits that would have passed report the state.
       decide(i, 0)
@@ -78,6 +127,19 @@ end
 for _, st in pairs(states) do
   if st.dirty and (st.existed or st.touched) then
     st.algorithm.save(st, now, margin)
+  end
+end
+
+if mode == 1 and all_allowed then
+  local entries = {}
+  for index, st in pairs(states) do
+    if st.added then
+      entries[#entries + 1] = bpack('<dddddd', index, st.code, st.limit, st.window,
+        st.algorithm.mark(st, now), st.added)
+    end
+  end
+  if #entries > 0 then
+    redis.call('SET', journal, table.concat(entries), 'PX', lifetime)
   end
 end
 

@@ -11,11 +11,26 @@
 //!   servers with skewed clocks still share one window. With
 //!   [`RedisStoreBuilder::client_clock`] the caller's time is sent instead
 //!   (for services that forbid `TIME` in scripts).
-//! - **Keys** are `prefix:{key}:rule` (`slidegate:{login:10.0.0.1}:100/1m`,
+//! - **Keys** are `prefix:v2:{key}:rule` (`slidegate:v2:{login:10.0.0.1}:100/1m`,
 //!   plus `:gcra` etc. for the other algorithms); a key that carries its own
-//!   hash tag is kept as is (`slidegate:user:{42}:login:100/1m`). All rules
-//!   of one key share a cluster slot; a batch over keys with different tags
-//!   is refused in a cluster with [`Error::CrossSlot`].
+//!   hash tag is kept as is, after a `t:` (`slidegate:v2:t:user:{42}:login:100/1m`),
+//!   so `X` and `{X}` are two keys here as in the memory store. `v2` is the
+//!   version of the stored format: old and new formats never meet. All
+//!   rules of one key share a cluster slot.
+//! - **All or nothing across slots.** On a cluster, a batch over keys in
+//!   several slots is decided slot by slot, in slot order, stopping at the
+//!   first slot that denies, and the slots that recorded are undone (in a
+//!   task of their own, so even when the caller's future is dropped) when
+//!   a later one denies or fails: a denied batch leaves no charge, and
+//!   concurrent decisions may be denied meanwhile (never admitted) by a
+//!   charge about to be undone. `cross_slot.rs` has the details and, per
+//!   algorithm, why an undo never lets more through.
+//! - **One breaker per master.** Inside a
+//!   [`ResilientStore`](crate::store::resilient::ResilientStore), each call
+//!   goes through the circuit breaker of the master that serves its slot
+//!   (from `CLUSTER SLOTS`, fetched again every second while in use and
+//!   after failures): a dead master degrades only its own keys. The store
+//!   is ready while some master answers.
 //! - **Compact state, little Redis CPU.** A sliding log is one binary
 //!   STRING: fixed-size records (time and running total, each truncated to
 //!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
@@ -28,26 +43,35 @@
 //!   idle (a busy sliding log up to half a window later, so that its expiry
 //!   is not moved on every admission); a probe never creates a key.
 //! - **Errors** are [`Error::Timeout`] (the per-call deadline passed),
-//!   [`Error::Store`] (connection or Redis failure) and [`Error::Config`]
-//!   (bad URL or option); callers never see Redis' own error types.
+//!   [`Error::Store`] (connection or Redis failure), [`Error::Config`]
+//!   (bad URL or option) and [`Error::KeyConflict`] (the Redis key of one
+//!   decision holds a value slidegate did not write: another type, or a
+//!   string without this format's mark; that key is refused, never read
+//!   as state or overwritten); callers never see Redis' own error types.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
+pub use self::builder::RedisStoreBuilder;
 use self::keys::{is_state_of, scan_pattern};
-use self::script::Plan;
-use super::{Hit, Store, check_cost, slot_key, validate_key};
+use self::script::{Plan, Step};
+use self::topology::{Topology, slot_of};
+use super::resilient::gate;
+use super::{Hit, Store, check_cost, validate_key};
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
+mod builder;
+mod cross_slot;
 mod keys;
 mod script;
+mod topology;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "slidegate";
@@ -55,6 +79,12 @@ pub const DEFAULT_PREFIX: &str = "slidegate";
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
 /// The default deadline of one connection attempt.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How much longer than needed Redis keeps an idle key by default, on
+/// Redis' clock: absorbs the rounding to Redis' millisecond expiry.
+pub const DEFAULT_EXPIRY_MARGIN: Duration = Duration::from_millis(1);
+/// The default expiry margin with a client clock: covers a skew of up to
+/// a second between the clocks of the processes sharing the limits.
+pub const DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
 /// Requests the multiplexed connection buffers before it applies
 /// backpressure (redis-rs' default of 50 throttles concurrent decisions).
 const PIPELINE_BUFFER: usize = 1024;
@@ -89,6 +119,8 @@ struct Inner {
     timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
     margin_ms: u64,
+    /// Which master serves which slot (a cluster only).
+    topology: Option<Arc<Topology>>,
 }
 
 #[derive(Clone)]
@@ -117,37 +149,6 @@ impl std::fmt::Debug for RedisStore {
     }
 }
 
-/// Configures a [`RedisStore`].
-#[derive(Clone)]
-pub struct RedisStoreBuilder {
-    url: String,
-    prefix: String,
-    timeout: Duration,
-    connect_timeout: Duration,
-    clock: Option<Arc<dyn Clock>>,
-    margin: Duration,
-}
-
-impl std::fmt::Debug for RedisStoreBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The URL may hold a password: not printed.
-        f.debug_struct("RedisStoreBuilder")
-            .field("prefix", &self.prefix)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field(
-                "clock",
-                &if self.clock.is_some() {
-                    "client"
-                } else {
-                    "server"
-                },
-            )
-            .field("expiry_margin", &self.margin)
-            .finish_non_exhaustive()
-    }
-}
-
 impl RedisStore {
     /// A builder for the Redis (or Redis Cluster) at `url`:
     ///
@@ -157,14 +158,7 @@ impl RedisStore {
     ///   `rediss+cluster://`) for a cluster: any reachable nodes; the rest
     ///   is discovered.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
-        RedisStoreBuilder {
-            url: url.into(),
-            prefix: DEFAULT_PREFIX.to_owned(),
-            timeout: DEFAULT_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            clock: None,
-            margin: Duration::from_millis(1),
-        }
+        RedisStoreBuilder::new(url.into())
     }
 
     /// True when connected to a Redis Cluster.
@@ -173,166 +167,9 @@ impl RedisStore {
     }
 
     /// The Redis key that holds `rule`'s state for `key` (for diagnostics
-    /// and tests: `slidegate:{login:10.0.0.1}:100/1m`).
+    /// and tests: `slidegate:v2:{login:10.0.0.1}:100/1m`).
     pub fn state_key(&self, key: &str, rule: Rule) -> String {
         keys::state_key(&self.inner.prefix, key, rule)
-    }
-}
-
-impl RedisStoreBuilder {
-    /// The prefix of every key (default `slidegate`). No braces: the hash
-    /// tag belongs to the user's key.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// The deadline of one store call (default 50 ms), as redis-rs'
-    /// response timeout and around the whole call. A call that times out
-    /// fails with [`Error::Timeout`] and is not retried (Redis may have
-    /// applied it).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// The deadline of one connection attempt (default 1 s).
-    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
-        self
-    }
-
-    /// Decide on Redis' clock (`TIME` inside the script): the default.
-    pub fn server_clock(mut self) -> Self {
-        self.clock = None;
-        self
-    }
-
-    /// Decide on this clock instead of Redis' (for deployments that forbid
-    /// `TIME` in scripts). Every process sharing the limits must then use
-    /// the same time base: [`SystemClock`](crate::clock::SystemClock) in
-    /// production, a [`ManualClock`](crate::clock::ManualClock) in tests.
-    pub fn client_clock(mut self, clock: impl Clock) -> Self {
-        self.clock = Some(Arc::new(clock));
-        self
-    }
-
-    /// How much longer than needed Redis keeps an idle key (default 1 ms,
-    /// which also absorbs the rounding to Redis' millisecond expiry). With
-    /// a client clock, raise it to the clock skew between app servers, so
-    /// a key does not expire while a server whose clock lags still needs it.
-    pub fn expiry_margin(mut self, margin: Duration) -> Self {
-        self.margin = margin;
-        self
-    }
-
-    /// Connects (within the connect timeout) and checks that Redis answers.
-    pub async fn build(self) -> Result<RedisStore> {
-        let store = self.build_lazy()?;
-        store.ready().await?;
-        Ok(store)
-    }
-
-    /// Builds the store without waiting for Redis: it connects on first use
-    /// (a single Redis reconnects on its own; so does a cluster), and calls
-    /// fail with [`Error::Store`] or [`Error::Timeout`] until it answers.
-    pub fn build_lazy(self) -> Result<RedisStore> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(Error::Config(format!(
-                "the key prefix {:?} must not contain braces: the hash tag belongs to the key",
-                self.prefix
-            )));
-        }
-        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
-            return Err(Error::Config("timeouts must be longer than zero".into()));
-        }
-        let connection = match cluster_nodes(&self.url)? {
-            Some(nodes) => self.cluster(nodes)?,
-            None => self.node()?,
-        };
-        Ok(RedisStore {
-            inner: Arc::new(Inner {
-                connection,
-                prefix: self.prefix,
-                timeout: self.timeout,
-                clock: self.clock,
-                margin_ms: u64::try_from(self.margin.as_millis()).unwrap_or(u64::MAX),
-            }),
-        })
-    }
-
-    fn node(&self) -> Result<Connection> {
-        if !self.url.starts_with("redis://") && !self.url.starts_with("rediss://") {
-            return Err(Error::Config(
-                "expected a redis://, rediss:// or redis+cluster:// URL".into(),
-            ));
-        }
-        install_tls_provider(&self.url);
-        let client = redis::Client::open(self.url.as_str()).map_err(config_error)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            // `Inner::within` bounds every call, reconnection included; a
-            // second timer per call inside redis-rs would only cost time.
-            .set_response_timeout(None)
-            .set_pipeline_buffer_size(PIPELINE_BUFFER)
-            .set_max_delay(RECONNECT_MAX_DELAY);
-        let manager =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)?;
-        Ok(Connection::Node(manager))
-    }
-
-    fn cluster(&self, nodes: Vec<String>) -> Result<Connection> {
-        if let Some(first) = nodes.first() {
-            install_tls_provider(first);
-        }
-        let client = redis::cluster::ClusterClientBuilder::new(nodes)
-            .connection_timeout(self.connect_timeout)
-            .response_timeout(self.timeout)
-            .build()
-            .map_err(config_error)?;
-        let connection =
-            client.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new());
-        Ok(Connection::Cluster(connection))
-    }
-}
-
-/// The node URLs of a `redis+cluster://` (or `rediss+cluster://`) URL, or
-/// `None` for a single node's URL.
-fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-        ("redis", rest)
-    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
-        ("rediss", rest)
-    } else {
-        return Ok(None);
-    };
-    let (auth, hosts) = match rest.rsplit_once('@') {
-        Some((auth, hosts)) => (format!("{auth}@"), hosts),
-        None => (String::new(), rest),
-    };
-    let (hosts, path) = match hosts.split_once('/') {
-        Some((hosts, path)) => (hosts, format!("/{path}")),
-        None => (hosts, String::new()),
-    };
-    let nodes: Vec<String> = hosts
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(|h| format!("{scheme}://{auth}{h}{path}"))
-        .collect();
-    if nodes.is_empty() {
-        return Err(Error::Config(
-            "a redis+cluster:// URL needs at least one host:port".into(),
-        ));
-    }
-    Ok(Some(nodes))
-}
-
-/// redis-rs builds its rustls configuration with the process' default
-/// crypto provider: make it ring unless the application chose one.
-fn install_tls_provider(url: &str) {
-    if url.starts_with("rediss") {
-        let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
 
@@ -340,8 +177,11 @@ fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
-fn config_error(e: redis::RedisError) -> Error {
-    Error::Config(describe(&e))
+fn is_redirect(e: &redis::RedisError) -> bool {
+    matches!(
+        e.kind(),
+        redis::ErrorKind::Server(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)
+    )
 }
 
 /// A Redis error as text, without script hashes (an implementation detail
@@ -378,10 +218,50 @@ impl Inner {
         }
     }
 
-    async fn run(&self, plan: &Plan) -> Result<Vec<Decision>> {
+    /// The master serving the slot of `key`, when this is a cluster, a
+    /// resilient store asks (see `resilient/gate.rs`) and the slot map
+    /// knows it.
+    fn node_of(&self, key: &str) -> Option<Arc<str>> {
+        let topology = self.topology.as_ref()?;
+        if !gate::active() {
+            return None;
+        }
+        topology.refresh_if_due(false);
+        topology.node_of(slot_of(key))
+    }
+
+    /// Runs one call of `plan` (all its keys in one slot), through the
+    /// circuit breaker of the node that serves it when there is one.
+    async fn run(&self, plan: &Plan, step: Option<(Step, &str)>) -> Result<Vec<Decision>> {
+        let node = plan.keys.first().and_then(|key| self.node_of(key));
+        let permit = match &node {
+            Some(node) => gate::enter(node)?,
+            None => None,
+        };
+        let result = self.run_unguarded(plan, step).await;
+        gate::settle(permit, &result);
+        if let (Err(error), Some(topology)) = (&result, &self.topology)
+            && error.is_store_failure()
+        {
+            topology.refresh_if_due(true);
+        }
+        result
+    }
+
+    /// Runs one call of `plan`, on no breaker's account.
+    async fn run_unguarded(
+        &self,
+        plan: &Plan,
+        step: Option<(Step, &str)>,
+    ) -> Result<Vec<Decision>> {
         let now = self.clock.as_ref().map(|c| c.now_micros());
-        let call = plan.invocation(now, self.margin_ms);
-        let reply = self.within(self.invoke(&call)).await?;
+        let call = plan.invocation(now, self.margin_ms, step);
+        let route = plan.keys.first().map_or("", String::as_str);
+        let reply = match tokio::time::timeout(self.timeout, self.invoke(&call, route)).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(e)) => return Err(plan.conflict(&e).unwrap_or_else(|| self.store_error(e))),
+            Err(_) => return Err(Error::Timeout(self.timeout)),
+        };
         plan.decisions(&reply)
     }
 
@@ -390,17 +270,51 @@ impl Inner {
     /// NOSCRIPT too, and the call is retried a few more times (the script
     /// did not run, so nothing is applied twice). Any other error, and a
     /// timeout, is never retried.
-    async fn invoke(&self, call: &redis::ScriptInvocation<'_>) -> redis::RedisResult<redis::Value> {
+    ///
+    /// On a cluster the call goes to the master that serves the slot of
+    /// `route` (a key of the call) over that master's own connection (see
+    /// `topology.rs`); when the slot moved (`MOVED`, `ASK`), or the map is
+    /// not known yet, through the cluster connection, which follows it.
+    async fn invoke(
+        &self,
+        call: &redis::ScriptInvocation<'_>,
+        route: &str,
+    ) -> redis::RedisResult<redis::Value> {
         let mut retries = 0;
         loop {
             let result = match &self.connection {
                 Connection::Node(c) => call.invoke_async(&mut c.clone()).await,
-                Connection::Cluster(c) => call.invoke_async(&mut c.clone()).await,
+                Connection::Cluster(cluster) => match self.master_connection(route) {
+                    Some(mut master) => match call.invoke_async(&mut master).await {
+                        Err(e) if is_redirect(&e) => {
+                            self.slots_moved();
+                            call.invoke_async(&mut cluster.clone()).await
+                        }
+                        other => other,
+                    },
+                    None => call.invoke_async(&mut cluster.clone()).await,
+                },
             };
             match result {
                 Err(e) if retries < NOSCRIPT_RETRIES && is_noscript(&e) => retries += 1,
                 other => return other,
             }
+        }
+    }
+
+    /// The connection to the master serving `key`'s slot, when the slot
+    /// map knows it.
+    fn master_connection(&self, key: &str) -> Option<ConnectionManager> {
+        let topology = self.topology.as_ref()?;
+        topology.refresh_if_due(false);
+        let node = topology.node_of(slot_of(key))?;
+        topology.connection(&node).ok()
+    }
+
+    /// A slot answered from another node than the map said: fetch it again.
+    fn slots_moved(&self) {
+        if let Some(topology) = &self.topology {
+            topology.refresh_if_due(true);
         }
     }
 
@@ -412,6 +326,18 @@ impl Inner {
         match &self.connection {
             Connection::Node(c) => self.within(cmd.query_async(&mut c.clone())).await,
             Connection::Cluster(c) => {
+                if let Some(mut master) = self.master_connection(route_key) {
+                    return match tokio::time::timeout(self.timeout, cmd.query_async(&mut master))
+                        .await
+                    {
+                        Ok(Err(e)) if is_redirect(&e) => {
+                            self.slots_moved();
+                            Err(self.store_error(e))
+                        }
+                        Ok(other) => other.map_err(|e| self.store_error(e)),
+                        Err(_) => Err(Error::Timeout(self.timeout)),
+                    };
+                }
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::with_key(route_key, SlotAddr::Master),
                 ));
@@ -430,10 +356,13 @@ impl Store for RedisStore {
         check_cost(rules, cost)?;
         let hits: Vec<(&str, Rule, u64)> = rules.iter().map(|&r| (key, r, cost)).collect();
         let plan = Plan::new(&self.inner.prefix, &hits)?;
-        let decisions = self.inner.run(&plan).await?;
+        let decisions = self.inner.run(&plan, None).await?;
         Decision::combine(&decisions).ok_or(Error::NoRules)
     }
 
+    /// Decides `hits` all-or-nothing. On a cluster, hits whose keys live in
+    /// several slots are decided slot by slot, and undone where recorded
+    /// when another slot denies or fails (see the module documentation).
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
         if hits.is_empty() {
             return Err(Error::NoRules);
@@ -448,15 +377,12 @@ impl Store for RedisStore {
             hits.iter().map(|h| (h.key, h.rule, h.cost)).collect();
         let plan = Plan::new(&self.inner.prefix, &resolved)?;
         if self.is_cluster() {
-            let first = hits[0].key;
-            if let Some(other) = hits.iter().find(|h| slot_key(h.key) != slot_key(first)) {
-                return Err(Error::CrossSlot {
-                    first: first.to_owned(),
-                    other: other.key.to_owned(),
-                });
+            let first = slot_of(hits[0].key);
+            if hits.iter().any(|h| slot_of(h.key) != first) {
+                return cross_slot::decide(&self.inner, &resolved).await;
             }
         }
-        self.inner.run(&plan).await
+        self.inner.run(&plan, None).await
     }
 
     /// Deletes every rule's state of `key`.
@@ -495,8 +421,23 @@ impl Store for RedisStore {
         }
     }
 
+    /// A single Redis: it answers `PING`. A cluster: some master does
+    /// (every master known, asked at once; the one that serves the slot
+    /// of the key `ready` until the slot map is known). A cluster with a
+    /// master down still decides the other masters' keys, and every
+    /// instance of a service sees the same cluster: reporting them all
+    /// unready would take them all out of a load balancer for the keys of
+    /// one master.
     async fn ready(&self) -> Result<()> {
-        let pong: String = self.inner.query(&redis::cmd("PING"), "ready").await?;
+        let inner = &*self.inner;
+        if let Some(topology) = &inner.topology {
+            topology.refresh_if_due(false);
+            let masters = topology.masters();
+            if !masters.is_empty() {
+                return any_master_answers(topology, masters, inner.timeout).await;
+            }
+        }
+        let pong: String = inner.query(&redis::cmd("PING"), "ready").await?;
         if pong == "PONG" {
             Ok(())
         } else {
@@ -505,29 +446,52 @@ impl Store for RedisStore {
     }
 }
 
+/// `Ok` as soon as one of `masters` answers `PING` within `timeout`.
+async fn any_master_answers(
+    topology: &Topology,
+    masters: Vec<Arc<str>>,
+    timeout: Duration,
+) -> Result<()> {
+    let mut pings = tokio::task::JoinSet::new();
+    let mut failures = Vec::new();
+    for master in masters {
+        let mut connection = match topology.connection(&master) {
+            Ok(connection) => connection,
+            Err(e) => {
+                failures.push(format!("{master}: {e}"));
+                continue;
+            }
+        };
+        pings.spawn(async move {
+            let pong = tokio::time::timeout(
+                timeout,
+                redis::cmd("PING").query_async::<String>(&mut connection),
+            )
+            .await;
+            match pong {
+                Ok(Ok(pong)) if pong == "PONG" => Ok(()),
+                Ok(Ok(other)) => Err(format!("{master}: PING answered {other:?}")),
+                Ok(Err(e)) => Err(format!("{master}: {}", describe(&e))),
+                Err(_) => Err(format!("{master}: no answer within {timeout:?}")),
+            }
+        });
+    }
+    while let Some(answer) = pings.join_next().await {
+        match answer {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(failure)) => failures.push(failure),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    Err(Error::Store(format!(
+        "no cluster master answers: {}",
+        failures.join("; ")
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cluster_urls_list_every_node_with_the_credentials() {
-        assert_eq!(
-            cluster_nodes("redis+cluster://u:p@h1:7000,h2:7001").ok(),
-            Some(Some(vec![
-                "redis://u:p@h1:7000".to_owned(),
-                "redis://u:p@h2:7001".to_owned()
-            ]))
-        );
-        assert_eq!(
-            cluster_nodes("rediss+cluster://h1:7000/").ok(),
-            Some(Some(vec!["rediss://h1:7000/".to_owned()]))
-        );
-        assert_eq!(cluster_nodes("redis://h1:6379").ok(), Some(None));
-        assert!(matches!(
-            cluster_nodes("redis+cluster://"),
-            Err(Error::Config(_))
-        ));
-    }
 
     #[test]
     fn error_text_never_carries_a_script_hash() {

@@ -10,7 +10,9 @@
 //! per parameter and a table per reply, a large part of the Redis CPU of a
 //! decision.
 
+use std::collections::HashMap;
 use std::sync::LazyLock;
+use std::time::Duration;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
@@ -44,6 +46,24 @@ const COMPACT_SHIFT: u32 = 26;
 /// script's TTL arithmetic exact and within what PEXPIRE accepts.
 const MAX_MARGIN_MS: u64 = 1 << 40;
 
+/// How a step of a cross-slot decision is told apart from a plain call.
+const STEP_SCALE: f64 = 1_048_576.0;
+/// How long the journal of a cross-slot step (and the tombstone an undo
+/// leaves) lives in Redis: the undo of a step is tried within it.
+pub(crate) const JOURNAL_LIFETIME: Duration = Duration::from_secs(2);
+
+/// A step of a decision over several slots (see `cross_slot.rs` and
+/// `main.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Decide and record, writing the journal, unless already undone.
+    Record = 1,
+    /// Decide without recording.
+    Check = 2,
+    /// Take back what the journal says, once; then decide as a check.
+    Undo = 3,
+}
+
 pub(crate) static SCRIPT: LazyLock<redis::Script> =
     LazyLock::new(|| redis::Script::new(SCRIPT_TEXT));
 
@@ -60,40 +80,44 @@ struct PlannedHit {
 /// What one script call decides: its keys and hits, in the caller's order.
 #[derive(Debug)]
 pub(crate) struct Plan {
+    /// The Redis keys (KEYS), one per distinct state.
     pub(crate) keys: Vec<String>,
+    /// The caller's key of each entry of `keys`, for errors.
+    owners: Vec<String>,
     hits: Vec<PlannedHit>,
 }
 
 impl Plan {
     /// Resolves `hits` (already validated one by one) the way the memory
-    /// store does: hits on the same key and rule share one state and add
-    /// up, and a sum above the limit is [`Error::CostExceedsLimit`].
+    /// store does: hits on the same Redis key (the same key and rule)
+    /// share one state and add up, and a sum above the limit is
+    /// [`Error::CostExceedsLimit`].
     pub(crate) fn new(prefix: &str, hits: &[(&str, Rule, u64)]) -> Result<Plan> {
         let mut keys: Vec<String> = Vec::with_capacity(hits.len());
+        let mut owners: Vec<String> = Vec::with_capacity(hits.len());
+        let mut totals: Vec<u64> = Vec::with_capacity(hits.len());
+        let mut index: HashMap<String, usize> = HashMap::with_capacity(hits.len());
         let mut planned = Vec::with_capacity(hits.len());
-        for (i, &(key, rule, cost)) in hits.iter().enumerate() {
-            let before: u64 = hits[..i]
-                .iter()
-                .filter(|(k, r, _)| *k == key && *r == rule)
-                .map(|(_, _, c)| c)
-                .sum();
-            let total = before + cost;
+        for &(key, rule, cost) in hits {
+            let state = state_key(prefix, key, rule);
+            let key_index = match index.get(&state) {
+                Some(&i) => i,
+                None => {
+                    index.insert(state.clone(), keys.len());
+                    keys.push(state);
+                    owners.push(key.to_owned());
+                    totals.push(0);
+                    keys.len() - 1
+                }
+            };
+            let total = totals[key_index].saturating_add(cost);
             if total > rule.limit() {
                 return Err(Error::CostExceedsLimit {
                     cost: total,
                     limit: rule.limit(),
                 });
             }
-            let same = hits[..i]
-                .iter()
-                .position(|(k, r, _)| *k == key && *r == rule);
-            let key_index = match same {
-                Some(j) => planned.get(j).map_or(0, |p: &PlannedHit| p.key_index),
-                None => {
-                    keys.push(state_key(prefix, key, rule));
-                    keys.len() - 1
-                }
-            };
+            totals[key_index] = total;
             planned.push(PlannedHit {
                 key_index,
                 rule,
@@ -103,7 +127,38 @@ impl Plan {
         }
         Ok(Plan {
             keys,
+            owners,
             hits: planned,
+        })
+    }
+
+    /// The typed error for a `KEYCONFLICT` reply (`KEYCONFLICT <index>
+    /// <what the key holds>`, see `arith.lua`), naming the caller's key and
+    /// the Redis key; `None` for any other error.
+    /// A `WRONGTYPE` error of a call with one key is that key's: the
+    /// common call reads its one key without `pcall` (it costs Redis CPU).
+    pub(crate) fn conflict(&self, error: &redis::RedisError) -> Option<Error> {
+        if error.code() == Some("WRONGTYPE") && self.keys.len() == 1 {
+            return Some(Error::KeyConflict {
+                key: self.owners.first()?.clone(),
+                detail: format!(
+                    "the Redis key {:?} holds another type of value (WRONGTYPE)",
+                    self.keys.first()?
+                ),
+            });
+        }
+        if error.code() != Some("KEYCONFLICT") {
+            return None;
+        }
+        let detail = error.detail().unwrap_or_default();
+        let (index, what) = detail.split_once(' ')?;
+        let i = index.parse::<usize>().ok()?.checked_sub(1)?;
+        // Errors raised inside a function carry the script's place: not
+        // the caller's business.
+        let what = what.split(" script: ").next().unwrap_or(what).trim();
+        Some(Error::KeyConflict {
+            key: self.owners.get(i)?.clone(),
+            detail: format!("the Redis key {:?} {what}", self.keys.get(i)?),
         })
     }
 
@@ -113,41 +168,63 @@ impl Plan {
     /// Redis' clock), the expiry margin (ms) and the number of hits; then
     /// for one hit its algorithm code, limit, window (µs) and cost, and for
     /// several, per hit its KEYS index (from 1), algorithm code, limit,
-    /// window, cost and checked cost.
+    /// window, cost and checked cost. A cross-slot step (see [`Step`])
+    /// always uses the second layout, says its step in the number of hits
+    /// (`-(step * 2^20 + hits)`), ends with the journal's lifetime (ms), and
+    /// adds the journal's key last to KEYS.
     pub(crate) fn invocation(
         &self,
         now: Option<u64>,
         margin_ms: u64,
+        step: Option<(Step, &str)>,
     ) -> redis::ScriptInvocation<'static> {
         let mut call = SCRIPT.prepare_invoke();
         for key in &self.keys {
             call.key(key.as_str());
         }
-        let mut spec = Vec::with_capacity(NUMBER * (3 + 6 * self.hits.len()));
+        if let Some((_, journal)) = step {
+            call.key(journal);
+        }
+        let mut spec = Vec::with_capacity(NUMBER * (4 + 6 * self.hits.len()));
         let mut put = |x: f64| spec.extend_from_slice(&x.to_le_bytes());
         // Times, limits, windows and costs are all below 2^53 (times by
         // more than a century), so `as f64` is exact.
         put(now.map_or(-1.0, |now| now as f64));
         put(margin_ms.min(MAX_MARGIN_MS) as f64);
-        put(self.hits.len() as f64);
-        if let [hit] = self.hits.as_slice() {
-            // One hit: its key is KEYS[1] and it checks its own cost.
-            put(f64::from(algorithm_code(hit.rule.algorithm())));
-            put(hit.rule.limit() as f64);
-            put(hit.rule.window_micros() as f64);
-            put(hit.cost as f64);
-        } else {
-            for hit in &self.hits {
-                put((hit.key_index + 1) as f64);
+        let n = self.hits.len() as f64;
+        put(match step {
+            Some((step, _)) => -(f64::from(step as u8) * STEP_SCALE + n),
+            None => n,
+        });
+        match (self.hits.as_slice(), step) {
+            ([hit], None) => {
+                // One hit: its key is KEYS[1] and it checks its own cost.
                 put(f64::from(algorithm_code(hit.rule.algorithm())));
                 put(hit.rule.limit() as f64);
                 put(hit.rule.window_micros() as f64);
                 put(hit.cost as f64);
-                put(hit.asked as f64);
             }
+            _ => {
+                for hit in &self.hits {
+                    put((hit.key_index + 1) as f64);
+                    put(f64::from(algorithm_code(hit.rule.algorithm())));
+                    put(hit.rule.limit() as f64);
+                    put(hit.rule.window_micros() as f64);
+                    put(hit.cost as f64);
+                    put(hit.asked as f64);
+                }
+            }
+        }
+        if step.is_some() {
+            put(JOURNAL_LIFETIME.as_millis() as f64);
         }
         call.arg(spec);
         call
+    }
+
+    /// True when some hit consumes (a cost above 0).
+    pub(crate) fn consumes(&self) -> bool {
+        self.hits.iter().any(|h| h.cost > 0)
     }
 
     /// The script's reply as one decision per hit.

@@ -1,7 +1,7 @@
 -- slidegate: the sliding window counter (see algorithm/sliding_counter.rs).
 --
 -- One STRING per (key, rule): start, current and previous counts, as three
--- little-endian doubles.
+-- little-endian doubles, then the byte 254 (this format's mark).
 --
 -- Built on first use in a call: an EVALSHA runs the whole chunk, and
 -- creating the functions of algorithms a call does not use costs Redis CPU.
@@ -9,13 +9,10 @@
 local function build_sliding_counter()
   local sliding_counter = {}
 
-  function sliding_counter.load(key, limit, window)
-    local st = { key = key, limit = limit, window = window, start = 0, cur = 0, prev = 0 }
-    local value = redis.call('GET', key)
+  function sliding_counter.load(index, limit, window)
+    local st = { key = KEYS[index], limit = limit, window = window, start = 0, cur = 0, prev = 0 }
+    local value = load_value(index, 24, 'sliding_counter')
     if value then
-      if #value ~= 24 then
-        error('slidegate: malformed sliding_counter state at ' .. key)
-      end
       st.start, st.cur, st.prev = bunpack('<ddd', value)
       st.existed = true
     end
@@ -101,9 +98,28 @@ local function build_sliding_counter()
 
   function sliding_counter.save(st, now, margin)
     local deadline = counter_deadline(st) or now
-    local value = bpack('<ddd', st.start, st.cur, st.prev)
+    local value = bpack('<dddB', st.start, st.cur, st.prev, 254)
     redis.call('SET', st.key, value, 'PX', format('%d', ttl_ms(deadline, now, margin)))
   end
+  -- What a cross-slot undo needs: the window the cost was counted in.
+  function sliding_counter.mark(st)
+    return st.start
+  end
+
+  -- Takes back c counted in the window starting at start: from the current
+  -- count, or from the previous one once the window has moved on by one
+  -- (counts add up, so this is exact); older, it no longer counts.
+  function sliding_counter.undo(st, now, margin, start, c)
+    if st.start == start then
+      st.cur = math.max(st.cur - c, 0)
+    elseif st.start == start + st.window then
+      st.prev = math.max(st.prev - c, 0)
+    else
+      return
+    end
+    sliding_counter.save(st, now, margin)
+  end
+
   return sliding_counter
 end
 

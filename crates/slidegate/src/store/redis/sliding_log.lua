@@ -1,16 +1,25 @@
 -- slidegate: the exact sliding log (see algorithm/sliding_log.rs), for
 -- batches; one hit alone takes the same steps in sliding_log_one.lua.
 --
--- One STRING per (key, rule): fixed-size records, then a 71-byte header.
+-- One STRING per (key, rule): fixed-size records, then a 72-byte header.
 --
 --   record: time (ow bytes) and running total (tw bytes), unsigned
 --           little-endian, each modulo its width's range: 256^ow > W and
 --           256^tw > L, chosen when the log starts (4 bytes at 100/1s).
---   header: H, o1, T1, nt, nT, s, e, exp (little-endian doubles), the
---           record format "<IowItw" (5 chars), ow, tw (1 byte each).
+--   header: the byte 254 (this format's mark), H, o1, T1, nt, nT, s, e,
+--           exp (little-endian doubles), the record format "<IowItw" (5
+--           chars), ow, tw (1 byte each). A value without the mark or with
+--           an inconsistent header (another application's, a manual SET)
+--           is refused with an error naming the key, never decoded or
+--           overwritten. Older formats never meet this one anyway: the key
+--           names carry the format's version (see keys.rs).
 --
 -- H is the running total just before the first live record, o1 and T1 that
 -- record's time and total, nt and nT the newest record's; usage is nT - H.
+-- Times strictly increase from record to record. Totals never decrease: a
+-- record costs at least 1, except one given back by a cross-slot undo
+-- (which subtracts its cost from it and every later total), which may cost
+-- 0 until it expires.
 -- Records at bytes [s, e) are the log (the header starts at e); those
 -- before s were dropped and stay until a compaction rewrites the live ones
 -- (when as many bytes are dead as live). exp is the time (µs, the decision
@@ -26,7 +35,9 @@
 --
 -- A call reads the header and up to 64 bytes of records before it (all of
 -- a small log) with one GETRANGE, and reads further records only to drop
--- expired ones or find the deciding one. An admission writes the newest
+-- expired ones or find the deciding one, each search O(log n) records
+-- (so a decision's Redis time is bounded however many expired records a
+-- long idle left behind). An admission writes the newest
 -- record and the header with one SETRANGE (or SET when the log starts or
 -- is compacted).
 --
@@ -35,21 +46,39 @@
 local function build_sliding_log()
   local sliding_log = {}
 
-  function sliding_log.load(key, limit, window)
+  -- The state of KEYS[index]; a value that is not a log of this format is
+  -- refused with an error naming the key (see prelude.lua).
+  function sliding_log.load(index, limit, window)
+    local key = KEYS[index]
     local st = { key = key, limit = limit, window = window, live = false }
-    local raw = redis.call('GETRANGE', key, '-135', '-1')
+    local raw = redis.pcall('GETRANGE', key, '-136', '-1')
+    if type(raw) == 'table' then
+      refused(index, raw)
+    end
     local size = #raw
     if size == 0 then
       return st
     end
-    if size < 71 then
-      error('slidegate: malformed sliding log at ' .. key)
+    local mark
+    if size >= 72 then
+      mark, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw =
+        bunpack('<Bddddddddc5BB', raw, size - 71)
     end
-    st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw =
-      bunpack('<ddddddddc5BB', raw, size - 70)
+    if mark ~= 254 then
+      conflict(index, 'holds a string that is not a sliding log of this version')
+    end
+    local ow, tw, s, e = st.ow, st.tw, st.s, st.e
+    local rec = ow + tw
+    if not (ow >= 1 and ow <= 7 and tw >= 1 and tw <= 7
+        and st.fmt == '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
+        and st.H <= st.T1 and st.T1 <= st.nT and st.o1 <= st.nt
+        and s >= 0 and s < e and s % rec == 0 and e % rec == 0
+        and (e + 72 == size or (size == 136 and e >= 64))) then
+      conflict(index, 'holds a sliding log with an inconsistent header')
+    end
     st.live, st.existed = true, true
-    st.raw, st.rawstart = raw, st.e - (size - 71)
-    st.M, st.MT = 256 ^ st.ow, 256 ^ st.tw
+    st.raw, st.rawstart = raw, e - (size - 72)
+    st.M, st.MT = 256 ^ ow, 256 ^ tw
     st.ntm, st.nTm = st.nt % st.M, st.nT % st.MT
     return st
   end
@@ -81,7 +110,9 @@ local function build_sliding_log()
     return st.nt - back, st.nT - less
   end
 
-  -- Drops the records more than a window older than t.
+  -- Drops the records more than a window older than t: the first live
+  -- one is found by galloping from the oldest, then bisecting (as in
+  -- sliding_log_one.lua), O(log k) records read for k expired ones.
   local function drop_expired(st, t)
     local W = st.window
     if not st.live or st.o1 + W >= t then
@@ -95,39 +126,56 @@ local function build_sliding_log()
       return
     end
     local rec = st.ow + st.tw
-    local p, before, at, total = st.s + rec, st.T1
-    while true do
-      at, total = record_at(st, p, (p - st.s) / rec + 4)
-      if at + W >= t then
-        break
+    local lo, hi, step = 0, (st.e - st.s) / rec - 1, 1
+    local before, at, total = st.T1, st.nt, st.nT
+    while hi - lo > 1 do
+      local i
+      if step and step < hi then
+        i, step = step, step * 2
+      else
+        step = nil
+        i = lo + math.floor((hi - lo) / 2)
       end
-      p, before = p + rec, total
+      local a, b = record_at(st, st.s + i * rec, 1)
+      if a + W < t then
+        lo, before = i, b
+      else
+        hi, at, total, step = i, a, b, nil
+      end
     end
-    st.H, st.o1, st.T1, st.s = before, at, total, p
+    st.H, st.o1, st.T1, st.s = before, at, total, st.s + hi * rec
   end
 
   -- Time of the first record whose running total reaches target (the
   -- newest does). Records cost at least 1, so it is at most target - H
-  -- records in, and exactly there when every record costs 1.
+  -- records in, and exactly there when every record costs 1: that record
+  -- is read first; records given back by an undo (cost 0) may put it
+  -- further, and a bisection finds it either way.
   local function deciding(st, target)
     if st.T1 >= target then
       return st.o1
     end
     local rec = st.ow + st.tw
-    local hi = st.s + (target - st.H - 1) * rec
-    if hi > st.e - rec then
-      hi = st.e - rec
+    local first, last = st.s + rec, st.e - rec
+    local guess = st.s + (target - st.H - 1) * rec
+    if guess > last then
+      guess = last
     end
-    local _, before = record_at(st, hi - rec, 2)
-    if before < target then
-      return (record_at(st, hi, 1))
+    local lo, hi = first, last
+    local at, total = record_at(st, guess, 2)
+    if total >= target then
+      local _, before = record_at(st, guess - rec, 2)
+      if before < target then
+        return at
+      end
+      hi = guess - rec
+    else
+      lo = guess + rec
     end
-    local lo = st.s + rec
-    hi = hi - rec
     while lo < hi do
       local mid = lo + math.floor((hi - lo) / rec / 2) * rec
-      local _, total = record_at(st, mid, 1)
-      if total >= target then
+      local _, t = record_at(st, mid, 1)
+      if t >= target then
         hi = mid
       else
         lo = mid + rec
@@ -201,8 +249,8 @@ local function build_sliding_log()
       if not st.live then
         redis.call('DEL', st.key)
       else
-        redis.call('SETRANGE', st.key, format('%d', st.e), bpack('<ddddddddc5BB', st.H, st.o1, st.T1,
-          st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
+        redis.call('SETRANGE', st.key, format('%d', st.e), bpack('<Bddddddddc5BB', 254, st.H, st.o1,
+          st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
       end
       return
     end
@@ -211,8 +259,9 @@ local function build_sliding_log()
     local pos = st.e - rec
     if st.fresh then
       st.exp = deadline
-      redis.call('SET', st.key, bpack(st.fmt .. 'ddddddddc5BB', st.nt, st.nT, st.H, st.o1, st.T1,
-        st.nt, st.nT, 0, rec, st.exp, st.fmt, st.ow, st.tw), 'PX', format('%d', ttl_ms(st.exp, now, margin)))
+      redis.call('SET', st.key, bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT, 254, st.H, st.o1,
+        st.T1, st.nt, st.nT, 0, rec, st.exp, st.fmt, st.ow, st.tw), 'PX',
+        format('%d', ttl_ms(st.exp, now, margin)))
       return
     end
     if st.s >= 64 and st.s > st.e - st.s then
@@ -225,20 +274,78 @@ local function build_sliding_log()
         end
       end
       st.exp = deadline + slack
-      redis.call('SET', st.key, kept .. bpack(st.fmt .. 'ddddddddc5BB', st.nt, st.nT, st.H, st.o1,
-        st.T1, st.nt, st.nT, 0, st.e - st.s, st.exp, st.fmt, st.ow, st.tw), 'PX',
+      redis.call('SET', st.key, kept .. bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT, 254, st.H,
+        st.o1, st.T1, st.nt, st.nT, 0, st.e - st.s, st.exp, st.fmt, st.ow, st.tw), 'PX',
         format('%d', ttl_ms(st.exp, now, margin)))
       return
     end
-    local expire = st.exp < deadline
-    if expire then
+    -- As in sliding_log_one.lua: a record clamped to the newest (st.nt
+    -- ahead of this caller's now) moves the expiry too.
+    local expire = st.exp < deadline or st.nt > now
+    if st.exp < deadline then
       st.exp = deadline + slack
     end
-    redis.call('SETRANGE', st.key, format('%d', pos), bpack(st.fmt .. 'ddddddddc5BB', st.nt, st.nT,
-      st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
+    redis.call('SETRANGE', st.key, format('%d', pos), bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT,
+      254, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
     if expire then
       redis.call('PEXPIRE', st.key, format('%d', ttl_ms(st.exp, now, margin)))
     end
+  end
+
+  -- What a cross-slot undo needs to find this call's record: its time.
+  function sliding_log.mark(st)
+    return st.nt
+  end
+
+  -- Takes back c of the record made at time t, if it is still in the log
+  -- (a reset or its expiry may have removed it): that record and every
+  -- later one hold their running total c lower, so usage drops by c as if
+  -- it had never been admitted, and no other admission changes. A record
+  -- that held only this cost stays, costing 0, until it expires.
+  function sliding_log.undo(st, _, _, t, c)
+    if not st.live or t > st.nt or t < st.o1 then
+      return
+    end
+    local rec = st.ow + st.tw
+    local lo, hi = 0, (st.e - st.s) / rec - 1
+    while lo < hi do
+      local mid = lo + math.floor((hi - lo) / 2)
+      if (record_at(st, st.s + mid * rec, 1)) < t then
+        lo = mid + 1
+      else
+        hi = mid
+      end
+    end
+    local p = st.s + lo * rec
+    local at, total = record_at(st, p, 1)
+    if at ~= t then
+      return
+    end
+    local before = st.H
+    if p > st.s then
+      local _
+      _, before = record_at(st, p - rec, 1)
+    end
+    if total - before < c then
+      return
+    end
+    local tail
+    if p >= st.rawstart then
+      tail = string.sub(st.raw, p - st.rawstart + 1, st.e - st.rawstart)
+    else
+      tail = redis.call('GETRANGE', st.key, format('%d', p), format('%d', st.e - 1))
+    end
+    local records = {}
+    for from = 1, #tail, rec do
+      local offset, stored = bunpack(st.fmt, tail, from)
+      records[#records + 1] = bpack(st.fmt, offset, (stored - c) % st.MT)
+    end
+    st.nT = st.nT - c
+    if p == st.s then
+      st.T1 = st.T1 - c
+    end
+    redis.call('SETRANGE', st.key, format('%d', p), table.concat(records) .. bpack('<Bddddddddc5BB',
+      254, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
   end
 
   return sliding_log

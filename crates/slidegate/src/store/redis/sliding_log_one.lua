@@ -4,8 +4,9 @@
 -- closure over these locals costs more than a redis.call). Deciding takes
 -- two redis.calls (TIME and one GETRANGE), admitting one more (SETRANGE, or
 -- SET when the log starts or is compacted). A denial decided by any record
--- but the oldest live one (costs above 1) falls through to the batch code,
--- which decides the call afresh: nothing has been written by then.
+-- but the oldest live one (costs above 1, or a record given back by a
+-- cross-slot undo) falls through to the batch code, which decides the call
+-- afresh: nothing has been written by then.
 --
 -- The two common answers are integers (cheaper for Redis than a string):
 -- r >= 0 is allowed, r remaining, retry 0 and reset W + 1 µs away (decided
@@ -15,14 +16,21 @@
 if n == 1 and code == 0 then
   local key = KEYS[1]
   -- The header and up to 64 bytes of records before it: all of a small log.
-  local raw = redis.call('GETRANGE', key, '-135', '-1')
+  -- A key of another type (WRONGTYPE, turned into an error naming the key
+  -- by the store), or a string that is not a log of this format, is
+  -- refused: never decoded, never overwritten. Checked without a call more
+  -- than before the checks (this is the call every decision makes).
+  local raw = redis.call('GETRANGE', key, '-136', '-1')
   local size = #raw
   local live, H, o1, T1, nt, nT = false, 0, 0, 0, 0, 0
   if size > 0 then
-    if size < 71 then
-      return redis.error_reply('slidegate: malformed sliding log at ' .. key)
+    local mark
+    if size >= 72 then
+      mark, H, o1, T1, nt, nT = bunpack('<Bddddd', raw, size - 71)
     end
-    H, o1, T1, nt, nT = bunpack('<ddddd', raw, size - 70)
+    if mark ~= 254 or not (H <= T1 and T1 <= nT and o1 <= nt) then
+      return redis.error_reply('KEYCONFLICT 1 holds a string that is not a sliding log of this version')
+    end
     live = true
   end
   local t = now
@@ -42,26 +50,30 @@ if n == 1 and code == 0 then
       live = false
     else
       s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
-      -- The first live record, scanning from the second: from the bytes in
-      -- hand, or read ahead as far again as scanned so far (so each expired
-      -- record is read about once). Stored times and totals are truncated,
-      -- and decoded against the newest record (see sliding_log.lua).
+      -- The first live record: the oldest is expired and the newest is
+      -- not, so gallop from the oldest (records 1, 2, 4, ... after it) to
+      -- the first live one seen, then bisect: O(log k) records read for k
+      -- expired ones, whatever was left behind (one record, usually).
+      -- Each comes from the bytes in hand or one short GETRANGE; stored
+      -- times and totals are truncated, and decoded against the newest
+      -- record (see sliding_log.lua).
       local rec, M, MT = ow + tw, 256 ^ ow, 256 ^ tw
-      local ntm, nTm, rawstart = nt % M, nT % MT, e - (size - 71)
-      local p, before, at, total, chunk, from, to = s + rec, T1
-      while true do
-        local back, less
+      local ntm, nTm, rawstart = nt % M, nT % MT, e - (size - 72)
+      local lo, hi, step = 0, (e - s) / rec - 1, 1
+      local before, at, total = T1, nt, nT
+      while hi - lo > 1 do
+        local i
+        if step and step < hi then
+          i, step = step, step * 2
+        else
+          step = nil
+          i = lo + (hi - lo - (hi - lo) % 2) / 2
+        end
+        local p, back, less = s + i * rec
         if p >= rawstart then
           back, less = bunpack(fmt, raw, p - rawstart + 1)
         else
-          if not chunk or p >= to then
-            from, to = p, 2 * p - s + 4 * rec
-            if to > e then
-              to = e
-            end
-            chunk = redis.call('GETRANGE', key, format('%d', from), format('%d', to - 1))
-          end
-          back, less = bunpack(fmt, chunk, p - from + 1)
+          back, less = bunpack(fmt, redis.call('GETRANGE', key, format('%d', p), format('%d', p + rec - 1)))
         end
         back, less = ntm - back, nTm - less
         if back < 0 then
@@ -70,13 +82,13 @@ if n == 1 and code == 0 then
         if less < 0 then
           less = less + MT
         end
-        at, total = nt - back, nT - less
-        if at + W >= t then
-          break
+        if nt - back + W < t then
+          lo, before = i, nT - less
+        else
+          hi, at, total, step = i, nt - back, nT - less, nil
         end
-        p, before = p + rec, total
       end
-      H, o1, T1, s = before, at, total, p
+      H, o1, T1, s = before, at, total, s + hi * rec
     end
   end
 
@@ -117,12 +129,12 @@ if n == 1 and code == 0 then
       end
       fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
       exp, expire = deadline, true
-      value = bpack(fmt .. 'ddddddddc5BB', t, cost, 0, t, cost, t, cost, 0, ow + tw, exp, fmt, ow, tw)
+      value = bpack(fmt .. 'Bddddddddc5BB', t, cost, 254, 0, t, cost, t, cost, 0, ow + tw, exp, fmt, ow, tw)
     else
       if not s then
         s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
       end
-      local rec, rawstart = ow + tw, e - (size - 71)
+      local rec, rawstart = ow + tw, e - (size - 72)
       nT = nT + cost
       if t == nt then
         -- Same µs as the newest record: it takes the cost.
@@ -150,16 +162,21 @@ if n == 1 and code == 0 then
           end
         end
         exp, expire = deadline + slack, true
-        value = kept .. bpack(fmt .. 'ddddddddc5BB', nt, nT, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
+        value = kept .. bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
       else
         -- Usually: the newest record and the header, in place. The expiry
         -- moves only when the key would otherwise expire too early, and then
         -- half a window further: a busy key sets it once per half window.
+        -- An admission clamped to the newest record (a caller whose clock
+        -- is behind the one that wrote it) sets it too: the TTL that caller
+        -- set was measured on a clock ahead of this one.
         if exp < deadline then
           exp, expire = deadline + slack, true
+        elseif t > now then
+          expire = true
         end
         offset = pos
-        value = bpack(fmt .. 'ddddddddc5BB', nt, nT, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
+        value = bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
       end
     end
     local ttl
@@ -189,7 +206,7 @@ if n == 1 and code == 0 then
       if not live then
         redis.call('DEL', key)
       else
-        redis.call('SETRANGE', key, format('%d', e), bpack('<ddddddddc5BB', H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw))
+        redis.call('SETRANGE', key, format('%d', e), bpack('<Bddddddddc5BB', 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw))
       end
     end
     return reply

@@ -348,3 +348,75 @@ async fn bad_input_is_an_error_not_a_policy_decision() {
     ));
     assert_eq!(backend.calls(), 0);
 }
+
+/// A caller that gives up before the store deadline (Envoy's rate limit
+/// filter waits 20 ms by default, the store 50 ms) drops the probe of an
+/// open circuit: the next probe still goes, and once the store is back,
+/// decisions come from it again.
+#[tokio::test]
+async fn a_probe_dropped_by_its_caller_does_not_keep_the_circuit_open() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Allow);
+    let rules = [rule("100/1s")];
+    backend.set(FAIL);
+    for _ in 0..3 {
+        assert!(store.acquire("k", &rules, 1).await.unwrap().degraded());
+    }
+    assert!(store.is_degraded());
+    backend.set(STALL);
+    let calls = backend.calls();
+    let stalled = Instant::now();
+    while stalled.elapsed() < Duration::from_millis(600) {
+        let impatient =
+            tokio::time::timeout(Duration::from_millis(10), store.acquire("k", &rules, 1));
+        if let Ok(answer) = impatient.await {
+            assert!(answer.unwrap().degraded());
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        backend.calls() >= calls + 2,
+        "probes went to the stalled store and were dropped ({} calls)",
+        backend.calls() - calls
+    );
+    backend.set(OK);
+    let back = Instant::now();
+    while store.acquire("k", &rules, 1).await.unwrap().degraded() {
+        assert!(
+            back.elapsed() < Duration::from_secs(2),
+            "still deciding by policy {:?} after the store came back",
+            back.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!store.is_degraded());
+}
+
+/// A batch that hits one counter twice is decided by the store on the
+/// summed cost: a cached denial of one hit alone would answer it with a
+/// `retry_after` shorter than the store's.
+#[tokio::test]
+async fn a_batch_repeating_a_counter_is_never_answered_from_the_deny_cache() {
+    let clock = ManualClock::at(1_000_000);
+    let backend = Switchable::new(&clock);
+    let store = resilient(&backend, &clock, FailurePolicy::Deny);
+    let r = rule("2/1s");
+    store.acquire("k", &[r], 1).await.unwrap();
+    clock.advance(Duration::from_millis(500));
+    store.acquire("k", &[r], 1).await.unwrap();
+    clock.advance(Duration::from_millis(100));
+    let alone = store.acquire("k", &[r], 1).await.unwrap();
+    assert!(!alone.allowed());
+    assert_eq!(alone.retry_after(), Duration::from_micros(400_001));
+    let calls = backend.calls();
+    let twice = store
+        .acquire_batch(&[Hit::new("k", r, 1), Hit::new("k", r, 1)])
+        .await
+        .unwrap();
+    assert_eq!(backend.calls(), calls + 1, "asked the store");
+    assert!(twice.iter().all(|d| !d.allowed()));
+    // The second hit asks for 2 units: both admissions must expire, 900 ms,
+    // not the 400 ms of one hit alone.
+    assert_eq!(twice[1].retry_after(), Duration::from_micros(900_001));
+}

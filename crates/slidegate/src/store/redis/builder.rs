@@ -1,0 +1,282 @@
+//! [`RedisStoreBuilder`]: the options of a [`RedisStore`], its URL, and the
+//! connections it opens (one multiplexed connection to a single Redis; to
+//! a cluster, redis-rs' cluster connection and one connection per master).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::topology::{NodeUrl, Topology};
+use super::{
+    Connection, DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRY_MARGIN,
+    DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner, PIPELINE_BUFFER, RECONNECT_MAX_DELAY, RedisStore,
+    describe,
+};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::store::Store;
+
+/// Configures a [`RedisStore`].
+#[derive(Clone)]
+pub struct RedisStoreBuilder {
+    url: String,
+    prefix: String,
+    timeout: Duration,
+    connect_timeout: Duration,
+    clock: Option<Arc<dyn Clock>>,
+    margin: Option<Duration>,
+}
+
+impl std::fmt::Debug for RedisStoreBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL may hold a password: not printed.
+        f.debug_struct("RedisStoreBuilder")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field(
+                "clock",
+                &if self.clock.is_some() {
+                    "client"
+                } else {
+                    "server"
+                },
+            )
+            .field("expiry_margin", &self.expiry_margin_or_default())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStoreBuilder {
+    pub(super) fn new(url: String) -> RedisStoreBuilder {
+        RedisStoreBuilder {
+            url,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            clock: None,
+            margin: None,
+        }
+    }
+
+    /// The prefix of every key (default `slidegate`). No braces: the hash
+    /// tag belongs to the user's key.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The deadline of one store call (default 50 ms), as redis-rs'
+    /// response timeout and around the whole call. A call that times out
+    /// fails with [`Error::Timeout`] and is not retried (Redis may have
+    /// applied it).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The deadline of one connection attempt (default 1 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Decide on Redis' clock (`TIME` inside the script): the default.
+    pub fn server_clock(mut self) -> Self {
+        self.clock = None;
+        self
+    }
+
+    /// Decide on this clock instead of Redis' (for deployments that forbid
+    /// `TIME` in scripts). Every process sharing the limits must then use
+    /// the same time base: [`SystemClock`](crate::clock::SystemClock) in
+    /// production, a [`ManualClock`](crate::clock::ManualClock) in tests.
+    pub fn client_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
+    /// How much longer than needed Redis keeps an idle key: default
+    /// [`DEFAULT_EXPIRY_MARGIN`] (1 ms, the rounding to Redis' millisecond
+    /// expiry) on Redis' clock, [`DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN`] (1 s)
+    /// with a client clock. A key's expiry is measured on the clock of the
+    /// process that last moved it: with a client clock, a process whose
+    /// clock is ahead sets it early for one whose clock lags, by the skew.
+    /// The margin must cover the largest skew between the processes that
+    /// share the limits, or a key can expire while a lagging process still
+    /// counts its records.
+    pub fn expiry_margin(mut self, margin: Duration) -> Self {
+        self.margin = Some(margin);
+        self
+    }
+
+    /// Connects (within the connect timeout) and checks that Redis answers.
+    pub async fn build(self) -> Result<RedisStore> {
+        let store = self.build_lazy()?;
+        store.ready().await?;
+        Ok(store)
+    }
+
+    /// Builds the store without waiting for Redis: it connects on first use
+    /// (a single Redis reconnects on its own; so does a cluster), and calls
+    /// fail with [`Error::Store`] or [`Error::Timeout`] until it answers.
+    pub fn build_lazy(self) -> Result<RedisStore> {
+        if self.prefix.contains(['{', '}']) {
+            return Err(Error::Config(format!(
+                "the key prefix {:?} must not contain braces: the hash tag belongs to the key",
+                self.prefix
+            )));
+        }
+        if self.timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::Config("timeouts must be longer than zero".into()));
+        }
+        let margin_ms =
+            u64::try_from(self.expiry_margin_or_default().as_millis()).unwrap_or(u64::MAX);
+        let (connection, topology) = match cluster_nodes(&self.url)? {
+            Some((url, hosts)) => {
+                let connection = self.cluster(&url, &hosts)?;
+                let connect_timeout = self.connect_timeout;
+                let topology = Topology::new(
+                    hosts.iter().map(|h| h.as_str().into()).collect(),
+                    url,
+                    Box::new(move |node_url| manager(node_url, connect_timeout)),
+                );
+                (connection, Some(topology))
+            }
+            None => (self.node()?, None),
+        };
+        Ok(RedisStore {
+            inner: Arc::new(Inner {
+                topology,
+                connection,
+                prefix: self.prefix,
+                timeout: self.timeout,
+                margin_ms,
+                clock: self.clock,
+            }),
+        })
+    }
+
+    /// The margin set, or the default for the clock.
+    fn expiry_margin_or_default(&self) -> Duration {
+        self.margin.unwrap_or(if self.clock.is_some() {
+            DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN
+        } else {
+            DEFAULT_EXPIRY_MARGIN
+        })
+    }
+
+    fn node(&self) -> Result<Connection> {
+        if !self.url.starts_with("redis://") && !self.url.starts_with("rediss://") {
+            return Err(Error::Config(
+                "expected a redis://, rediss:// or redis+cluster:// URL".into(),
+            ));
+        }
+        Ok(Connection::Node(manager(&self.url, self.connect_timeout)?))
+    }
+
+    fn cluster(&self, url: &NodeUrl, hosts: &[String]) -> Result<Connection> {
+        let nodes: Vec<String> = hosts.iter().map(|h| url.of(h)).collect();
+        if let Some(first) = nodes.first() {
+            install_tls_provider(first);
+        }
+        let client = redis::cluster::ClusterClientBuilder::new(nodes)
+            .connection_timeout(self.connect_timeout)
+            .response_timeout(self.timeout)
+            .build()
+            .map_err(config_error)?;
+        let connection =
+            client.get_pending_async_connection_with_config(redis::cluster::ClusterConfig::new());
+        Ok(Connection::Cluster(connection))
+    }
+}
+
+/// A connection to one node that reconnects by itself: a single Redis, or
+/// one master of a cluster.
+fn manager(url: &str, connect_timeout: Duration) -> Result<ConnectionManager> {
+    install_tls_provider(url);
+    let client = redis::Client::open(url).map_err(config_error)?;
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        // `Inner::within` bounds every call, reconnection included; a
+        // second timer per call inside redis-rs would only cost time.
+        .set_response_timeout(None)
+        .set_pipeline_buffer_size(PIPELINE_BUFFER)
+        .set_max_delay(RECONNECT_MAX_DELAY);
+    ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)
+}
+
+/// The way to a node of a `redis+cluster://` (or `rediss+cluster://`) URL
+/// and its nodes (`host:port`), or `None` for a single node's URL.
+fn cluster_nodes(url: &str) -> Result<Option<(NodeUrl, Vec<String>)>> {
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        ("redis", rest)
+    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
+        ("rediss", rest)
+    } else {
+        return Ok(None);
+    };
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = match hosts.split_once('/') {
+        Some((hosts, path)) => (hosts, format!("/{path}")),
+        None => (hosts, String::new()),
+    };
+    let hosts: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if hosts.is_empty() {
+        return Err(Error::Config(
+            "a redis+cluster:// URL needs at least one host:port".into(),
+        ));
+    }
+    Ok(Some((NodeUrl { scheme, auth, path }, hosts)))
+}
+
+/// redis-rs builds its rustls configuration with the process' default
+/// crypto provider: make it ring unless the application chose one.
+fn install_tls_provider(url: &str) {
+    if url.starts_with("rediss") {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+fn config_error(e: redis::RedisError) -> Error {
+    Error::Config(describe(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node_urls(url: &str) -> Option<Vec<String>> {
+        let (template, hosts) = cluster_nodes(url).ok()??;
+        Some(hosts.iter().map(|h| template.of(h)).collect())
+    }
+
+    #[test]
+    fn cluster_urls_list_every_node_with_the_credentials() {
+        assert_eq!(
+            node_urls("redis+cluster://u:p@h1:7000,h2:7001"),
+            Some(vec![
+                "redis://u:p@h1:7000".to_owned(),
+                "redis://u:p@h2:7001".to_owned()
+            ])
+        );
+        assert_eq!(
+            node_urls("rediss+cluster://h1:7000/"),
+            Some(vec!["rediss://h1:7000/".to_owned()])
+        );
+        assert!(matches!(cluster_nodes("redis://h1:6379"), Ok(None)));
+        assert!(matches!(
+            cluster_nodes("redis+cluster://"),
+            Err(Error::Config(_))
+        ));
+    }
+}
