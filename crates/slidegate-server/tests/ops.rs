@@ -17,7 +17,7 @@ mod dashboard;
 mod deploy;
 #[path = "ops/logs.rs"]
 mod logs;
-// #[path = "ops/migrating.rs"]
-// mod migrating;
+#[path = "ops/migrating.rs"]
+mod migrating;
 #[path = "ops/support.rs"]
 mod support;

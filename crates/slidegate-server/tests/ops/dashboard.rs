@@ -101,10 +101,13 @@ fn substitute(promql: &str) -> String {
         .replace("$domain", ".*")
 }
 
+/// A label matcher: the label, how it matches, the value or pattern.
+type Matcher = (String, MatchOp, String);
+
 /// A selector of the query, and the labels its aggregations group by.
 #[derive(Debug, Default)]
 struct Selections {
-    selectors: Vec<(String, Vec<(String, MatchOp, String)>)>,
+    selectors: Vec<(String, Vec<Matcher>)>,
     grouping: BTreeSet<String>,
 }
 

@@ -56,9 +56,10 @@ pub fn assert_valid(paths: &[&Path], domains: &[&str]) {
 }
 
 /// The long flags of a subcommand (`serve`, `validate-config`), without
-/// their dashes.
+/// their dashes, `--help` and `--version` included.
 pub fn flags_of(subcommand: &str) -> BTreeSet<String> {
-    let cli = Cli::command();
+    let mut cli = Cli::command();
+    cli.build();
     let mut flags: BTreeSet<String> = cli
         .get_arguments()
         .filter_map(|a| a.get_long().map(str::to_owned))
