@@ -142,7 +142,7 @@ impl<S> Clone for AppState<S> {
     }
 }
 
-/// The whole API, ready for [`axum::serve`].
+/// The whole API, ready for [`axum::serve()`].
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
     Router::new()
         .route("/v1/acquire", post(acquire::<S>))

@@ -1,4 +1,11 @@
 //! Structured logs with `tracing`, to stderr, filtered by `RUST_LOG`.
+//!
+//! Text lines are coloured only when stderr is a terminal and `NO_COLOR`
+//! is unset or empty (<https://no-color.org>): a log file, a pipe, a
+//! container runtime or journald gets plain text, never ANSI escape codes.
+
+use std::ffi::OsStr;
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
 
@@ -15,12 +22,45 @@ pub enum LogFormat {
 /// output such as `slidegate check`), level from `RUST_LOG`, `info` when unset.
 pub fn init(format: LogFormat) -> anyhow::Result<()> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let colour = colour_wanted(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr);
     let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
     };
     installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
+}
+
+/// True when log lines may carry colour: stderr is a terminal and
+/// `NO_COLOR` is unset or empty.
+pub fn colour_wanted(stderr_is_terminal: bool, no_color: Option<&OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(OsStr::is_empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colour_only_on_a_terminal() {
+        assert!(colour_wanted(true, None));
+        assert!(!colour_wanted(false, None));
+    }
+
+    #[test]
+    fn no_color_with_any_value_turns_colour_off() {
+        assert!(!colour_wanted(true, Some(OsStr::new("1"))));
+        assert!(!colour_wanted(true, Some(OsStr::new("false"))));
+    }
+
+    #[test]
+    fn an_empty_no_color_is_unset() {
+        assert!(colour_wanted(true, Some(OsStr::new(""))));
+    }
 }

@@ -37,6 +37,9 @@
 //! Features: `redis` (the Redis store), `tower` (the middleware), `http`
 //! (the header formatting only).
 #![warn(missing_docs)]
+// docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say
+// which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod algorithm;
 pub mod clock;

@@ -13,8 +13,12 @@
 //! |---|---|---|---|
 //! | applied | a good new config | INFO | `ok` |
 //! | unchanged | same files, same contents | DEBUG | none |
-//! | refused | no domain left, or a domain in force removed, without `--allow-empty-config` | WARN, with the domains that would go | `refused` |
-//! | error | a file unreadable or bad | ERROR, with its file, line and column | `error` |
+//! | refused | no domain left, or a domain in force removed, without `--allow-empty-config` | WARN, with the domains that would go (`removed`) | `refused` |
+//! | error | a file unreadable or bad | ERROR, with its `file`, `line` and `column` | `error` |
+//!
+//! Every one of these log lines carries `paths` (the configured paths),
+//! `result` (as the metric's label) and `domains` (the domains in force
+//! once the reload is over), so an operator can filter on them.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -152,21 +156,37 @@ impl LiveConfig {
             Ok(Some(loaded)) => loaded,
             Ok(None) => {
                 self.counts.unchanged.fetch_add(1, Ordering::Relaxed);
-                tracing::debug!(%paths, result = "unchanged", "config files unchanged: nothing to reload");
+                tracing::debug!(
+                    %paths,
+                    result = "unchanged",
+                    domains = ?sorted_domains(&self.current.load()),
+                    "config files unchanged: nothing to reload"
+                );
                 return Ok(ReloadOutcome::Unchanged);
             }
             Err(error) => {
                 self.counts.failed.fetch_add(1, Ordering::Relaxed);
                 metrics::counter!("slidegate_config_reloads_total", "result" => "error")
                     .increment(1);
-                tracing::error!(%paths, result = "error", %error, "config reload refused; the previous rules stay in force");
+                tracing::error!(
+                    %paths,
+                    result = "error",
+                    file = %error.file,
+                    line = error.line,
+                    column = error.column,
+                    domains = ?sorted_domains(&self.current.load()),
+                    %error,
+                    "config reload refused: a file is unreadable or bad; the previous rules stay in force"
+                );
                 return Err(error);
             }
         };
         let domains = sorted_domains(&config);
-        let removed: Vec<String> = sorted_domains(&self.current.load())
-            .into_iter()
+        let in_force_domains = sorted_domains(&self.current.load());
+        let removed: Vec<String> = in_force_domains
+            .iter()
             .filter(|d| !config.has_domain(d))
+            .cloned()
             .collect();
         if (domains.is_empty() || !removed.is_empty()) && !self.allow_empty {
             self.counts.refused.fetch_add(1, Ordering::Relaxed);
@@ -175,7 +195,7 @@ impl LiveConfig {
                 %paths,
                 result = "refused",
                 removed = ?removed,
-                domains = ?domains,
+                domains = ?in_force_domains,
                 "config reload refused: it would remove domains in force (pass --allow-empty-config to allow it); the previous rules stay in force"
             );
             return Ok(ReloadOutcome::Refused { removed });

@@ -117,7 +117,11 @@ impl Breaker {
     fn success(&self) {
         self.failures.store(0, Ordering::Release);
         if self.open_until.swap(0, Ordering::AcqRel) != 0 {
-            tracing::info!(store = %self.name, "store answers again: circuit closed");
+            tracing::info!(
+                node = %self.name,
+                state = "closed",
+                "store answers again: circuit closed"
+            );
             self.report(false);
         }
         self.cooldown_us
@@ -134,6 +138,12 @@ impl Breaker {
                 self.cooldown_us.store(next, Ordering::Release);
                 self.open_until.store(self.now() + next, Ordering::Release);
                 self.probing.store(false, Ordering::Release);
+                tracing::debug!(
+                    node = %self.name,
+                    state = "open",
+                    cooldown_ms = next / 1_000,
+                    "probe failed: circuit stays open"
+                );
             }
             Kind::Call => {
                 let failures = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
@@ -142,8 +152,10 @@ impl Breaker {
                     self.open_until
                         .store(self.now() + cooldown, Ordering::Release);
                     tracing::warn!(
-                        store = %self.name,
+                        node = %self.name,
+                        state = "open",
                         failures,
+                        cooldown_ms = cooldown / 1_000,
                         "store failing: circuit open, deciding by policy"
                     );
                     self.report(true);
