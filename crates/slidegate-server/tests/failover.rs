@@ -139,6 +139,7 @@ async fn a_dead_master_degrades_only_its_own_keys() {
     }
     let victim = keys[0].1;
     let victim_addr = cluster.nodes[victim].addr();
+    let watch = StallWatch::start();
     let mut cluster = cluster;
     cluster = off_thread(move || {
         cluster.nodes[victim].kill();
@@ -153,10 +154,14 @@ async fn a_dead_master_degrades_only_its_own_keys() {
         let mut round = tokio::task::JoinSet::new();
         for (i, (key, _)) in keys.iter().enumerate() {
             let (addr, key) = (server.addr, key.clone());
-            round.spawn(async move { (i, ask(addr, key).await) });
+            round.spawn(async move {
+                let sent = Instant::now();
+                let degraded = ask(addr, key).await;
+                (i, degraded, sent, Instant::now())
+            });
         }
         while let Some(answer) = round.join_next().await {
-            let (i, degraded) = answer.expect("a request task");
+            let (i, degraded, sent, done) = answer.expect("a request task");
             let (key, master) = &keys[i];
             let tally = if *master == victim {
                 &mut on_victim
@@ -167,17 +172,41 @@ async fn a_dead_master_degrades_only_its_own_keys() {
             if degraded {
                 tally.1 += 1;
                 if *master != victim {
-                    degraded_elsewhere.push((key.clone(), killed.elapsed()));
+                    degraded_elsewhere.push((key.clone(), sent, done));
                 }
             }
         }
     }
+    let stalls = watch.stop();
+    // A stall of the machine can make a live master's call miss its
+    // deadline, and its circuit then stays open for up to a second: such
+    // answers are the policy's, not the dead master's doing.
+    let excused = |(_, sent, done): &&(String, Instant, Instant)| {
+        stalls.overlap(
+            *sent,
+            *done,
+            STORE_TIMEOUT / 2,
+            Duration::from_millis(1_500),
+        )
+    };
+    let (after_stalls, degraded_elsewhere): (Vec<_>, Vec<_>) =
+        degraded_elsewhere.iter().partition(excused);
+    let since_kill = |(key, sent, _): &&(String, Instant, Instant)| {
+        (key.clone(), sent.saturating_duration_since(killed))
+    };
+    let degraded_elsewhere: Vec<_> = degraded_elsewhere.iter().map(since_kill).collect();
     let ready = common::get(server.addr, "/readyz").await;
     let metrics = common::get(server.addr, "/metrics").await;
     let open_line = format!("slidegate_store_circuit_open{{node=\"{victim_addr}\"}} 1");
     eprintln!(
-        "one master of 3 down for 3 s: its keys {}/{} degraded, the other keys {}/{} degraded",
-        on_victim.1, on_victim.0, elsewhere.1, elsewhere.0
+        "one master of 3 down for 3 s: its keys {}/{} degraded, the other keys {}/{} degraded \
+         ({} of them after a stall of the machine; longest stall {:?})",
+        on_victim.1,
+        on_victim.0,
+        elsewhere.1,
+        elsewhere.0,
+        after_stalls.len(),
+        stalls.longest()
     );
     assert!(
         degraded_elsewhere.is_empty(),
