@@ -20,6 +20,7 @@ use crate::bench::BenchArgs;
 use crate::bounds::Bounds;
 use crate::listen::{self, ConnectionLimits, GrpcLimits};
 use crate::logging::LogFormat;
+use crate::response_headers::ResponseHeaders;
 use crate::serve::ServeLimits;
 
 /// The `slidegate` command line.
@@ -164,6 +165,21 @@ pub struct ServeArgs {
     /// trailing newline is ignored.
     #[arg(long, value_name = "PATH", env = "SLIDEGATE_ADMIN_TOKEN_FILE")]
     pub admin_token_file: Option<PathBuf>,
+
+    /// Rate limit header fields on check answers: `off`, or `draft10` for
+    /// `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10)
+    /// plus `Retry-After` on OVER_LIMIT, sent to Envoy in
+    /// `response_headers_to_add` (which Envoy adds to its client's
+    /// response) and as headers of `/v1/check` answers. Replaces
+    /// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED.
+    #[arg(
+        long,
+        value_name = "FIELDS",
+        env = "SLIDEGATE_RESPONSE_HEADERS",
+        value_enum,
+        default_value_t = ResponseHeaders::Off
+    )]
+    pub response_headers: ResponseHeaders,
 
     /// How much one request may ask.
     #[command(flatten)]

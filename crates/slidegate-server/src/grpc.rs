@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as ProtoUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -28,13 +29,16 @@ use crate::listen::{
     GrpcLimits, Protocol as ListenerProtocol, TrackRequests,
 };
 use crate::metrics::Protocol;
+use crate::response_headers::{self, ResponseHeaders};
 use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
 
-/// The gRPC service: the current config, a store, and the bounds on requests.
+/// The gRPC service: the current config, a store, the bounds on requests
+/// and the header fields its answers carry.
 pub struct RateLimitGrpc<S> {
     config: Arc<ArcSwap<RateLimitConfig>>,
     store: S,
     bounds: Bounds,
+    response_headers: ResponseHeaders,
 }
 
 impl<S> RateLimitGrpc<S> {
@@ -45,7 +49,15 @@ impl<S> RateLimitGrpc<S> {
             config,
             store,
             bounds: Bounds::default(),
+            response_headers: ResponseHeaders::Off,
         }
+    }
+
+    /// Answers carry these rate limit header fields in
+    /// `response_headers_to_add`.
+    pub fn with_response_headers(mut self, mode: ResponseHeaders) -> Self {
+        self.response_headers = mode;
+        self
     }
 
     /// Refuses requests beyond `bounds`.
@@ -70,7 +82,17 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
         match service::check(&config, &self.store, &request).await {
             Ok(response) => {
                 crate::metrics::check_decisions(&request.domain, &response);
-                let mut answer = Response::new(to_proto(&response));
+                let mut proto = to_proto(&response);
+                proto.response_headers_to_add =
+                    response_headers::fields(self.response_headers, &request.domain, &response)
+                        .into_iter()
+                        .map(|(key, value)| HeaderValue {
+                            key: key.to_owned(),
+                            value,
+                            ..HeaderValue::default()
+                        })
+                        .collect();
+                let mut answer = Response::new(proto);
                 if response.degraded {
                     answer
                         .metadata_mut()
@@ -95,6 +117,7 @@ pub async fn serve<S: Store + Clone + 'static>(
     store: S,
     limits: GrpcLimits,
     bounds: Bounds,
+    response_headers: ResponseHeaders,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (reporter, health) = tonic_health::server::health_reporter();
@@ -125,9 +148,12 @@ pub async fn serve<S: Store + Clone + 'static>(
         Some((Ok::<_, std::io::Error>(conn), acceptor))
     });
     let streams = limits.max_concurrent_streams;
-    let service =
-        RateLimitServiceServer::new(RateLimitGrpc::new(config, store).with_bounds(bounds))
-            .max_decoding_message_size(limits.max_message_bytes);
+    let service = RateLimitServiceServer::new(
+        RateLimitGrpc::new(config, store)
+            .with_bounds(bounds)
+            .with_response_headers(response_headers),
+    )
+    .max_decoding_message_size(limits.max_message_bytes);
     let result = tonic::transport::Server::builder()
         .timeout(limits.request_timeout)
         .max_concurrent_streams(streams)

@@ -45,6 +45,7 @@ use crate::check_json::{RateLimitRequestJson, RateLimitResponseJson};
 use crate::config::RateLimitConfig;
 use crate::decision::{self, DecisionBody, Outcome};
 use crate::metrics::Protocol;
+use crate::response_headers::{self, ResponseHeaders};
 use crate::service::{self, CheckError, Code};
 
 mod admin;
@@ -74,6 +75,7 @@ pub struct AppState<S> {
     admin_token: Option<Arc<str>>,
     metrics: Option<PrometheusHandle>,
     bounds: Bounds,
+    response_headers: ResponseHeaders,
 }
 
 impl<S> AppState<S> {
@@ -86,7 +88,20 @@ impl<S> AppState<S> {
             admin_token: None,
             metrics: None,
             bounds: Bounds::default(),
+            response_headers: ResponseHeaders::Off,
         }
+    }
+
+    /// `/v1/check` answers (and gRPC's, when served by
+    /// [`serve`](crate::serve::serve)) carry these rate limit header fields.
+    pub fn with_response_headers(mut self, mode: ResponseHeaders) -> Self {
+        self.response_headers = mode;
+        self
+    }
+
+    /// The rate limit header fields check answers carry.
+    pub fn response_headers(&self) -> ResponseHeaders {
+        self.response_headers
     }
 
     /// Refuses requests beyond `bounds` (HTTP and gRPC alike).
@@ -138,6 +153,7 @@ impl<S> Clone for AppState<S> {
             admin_token: self.admin_token.clone(),
             metrics: self.metrics.clone(),
             bounds: self.bounds,
+            response_headers: self.response_headers,
         }
     }
 }
@@ -238,11 +254,23 @@ async fn check<S: Store>(
         Code::Ok => StatusCode::OK,
         Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
     };
-    Ok((
+    let mut answer = (
         status,
         Json(RateLimitResponseJson::of(&response).into_value()),
     )
-        .into_response())
+        .into_response();
+    for (name, value) in
+        response_headers::fields(state.response_headers, &request.domain, &response)
+    {
+        // The values are built from digits, `;`, `=`, `,` and printable
+        // ASCII names: always valid header values.
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            answer
+                .headers_mut()
+                .insert(http::HeaderName::from_static(name), value);
+        }
+    }
+    Ok(answer)
 }
 
 /// `GET /metrics`: Prometheus text.

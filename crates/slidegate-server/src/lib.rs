@@ -11,6 +11,7 @@
 //! - [`decision`]: asking the store, and the JSON form of its answer.
 //! - [`keyspace`]: the store keys, one key space per kind of counter.
 //! - [`bounds`]: how much one request may ask.
+//! - [`response_headers`]: the rate limit header fields of check answers.
 //!
 //! The service only translates protocols: every limiter decision is made by
 //! the [`slidegate`] library's stores.
@@ -30,5 +31,6 @@ pub mod keyspace;
 pub mod listen;
 pub mod logging;
 pub mod metrics;
+pub mod response_headers;
 pub mod serve;
 pub mod service;

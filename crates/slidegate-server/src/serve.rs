@@ -55,6 +55,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut state = AppState::new(backend.clone())
         .with_admin_token(admin_token)
         .with_bounds((&args.bounds).into())
+        .with_response_headers(args.response_headers)
         .with_metrics(metrics);
     if let Some(live) = &live {
         state = state.with_config(live.current());
@@ -151,6 +152,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
     let store = (**state.store()).clone();
     let config = Arc::clone(state.config());
     let bounds = *state.bounds();
+    let response_headers = state.response_headers();
     let grace = limits.shutdown_grace;
     let http = serve_with(
         http_listener,
@@ -168,6 +170,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
             store,
             limits.grpc,
             bounds,
+            response_headers,
             wait(stopped.clone()),
         );
         tokio::select! {

@@ -25,6 +25,7 @@ use slidegate_server::backend::{Backend, StoreUrl};
 use slidegate_server::config::{LiveConfig, LoadOptions};
 use slidegate_server::grpc::DEGRADED_METADATA;
 use slidegate_server::http::AppState;
+use slidegate_server::response_headers::ResponseHeaders;
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -43,6 +44,7 @@ on_every_store!(
     metrics_move_with_traffic,
     the_admin_route_needs_the_token,
     grpc_health_reports_serving,
+    draft10_header_fields_reach_envoy_and_json_clients,
 );
 
 /// Both protocols on a fresh store of `kind`, with `rules`.
@@ -620,4 +622,129 @@ async fn descriptors_are_all_or_nothing_across_slots_on_a_redis_cluster() {
             assert_eq!(answer, expected, "{protocol:?}, one slot, step {i}");
         }
     }
+}
+
+/// The rate limit header fields of `--response-headers draft10`, as one
+/// list per field name.
+fn header_fields(fields: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let mut fields: Vec<_> = fields.into_iter().collect();
+    fields.sort();
+    fields
+}
+
+/// `RateLimit-Policy`, `RateLimit` and, over the limit, `Retry-After`: in
+/// `response_headers_to_add` over gRPC (Envoy adds them to its client's
+/// response) and as headers of `/v1/check` answers; none without the flag.
+async fn draft10_header_fields_reach_envoy_and_json_clients(kind: StoreKind) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        "domain: hdr\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: watched\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+    )
+    .unwrap();
+    let live =
+        Arc::new(LiveConfig::load(vec![dir.path().to_owned()], LoadOptions::default()).unwrap());
+    let store = kind.open().await;
+    let state = AppState::new(store.backend)
+        .with_config(live.current())
+        .with_response_headers(ResponseHeaders::Draft10);
+    let server = TestServer::full(state).await.keeping(store.redis);
+    let addr = server.grpc_addr.expect("a gRPC listener");
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let request = |user: &str| RateLimitRequest {
+        domain: "hdr".into(),
+        descriptors: [("user", user), ("watched", user)]
+            .iter()
+            .map(|(k, v)| RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                }],
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        hits_addend: 1,
+    };
+    let policy = r#""hdr.user";q=3;w=60"#;
+    for remaining in (0..3).rev() {
+        let answer = client
+            .should_rate_limit(request("ana"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.overall_code, 1, "{answer:?}");
+        let fields = header_fields(
+            answer
+                .response_headers_to_add
+                .into_iter()
+                .map(|h| (h.key, h.value)),
+        );
+        // The shadow limit (over its 1/s after the first) never shows; the
+        // window is empty 60 s and 1 µs after the newest admission, and `t`
+        // rounds up.
+        assert_eq!(
+            fields,
+            [
+                (
+                    "ratelimit".to_owned(),
+                    format!(r#""hdr.user";r={remaining};t=61"#)
+                ),
+                ("ratelimit-policy".to_owned(), policy.to_owned()),
+            ]
+        );
+    }
+    let denied = client
+        .should_rate_limit(request("ana"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(denied.overall_code, 2, "{denied:?}");
+    let fields = header_fields(
+        denied
+            .response_headers_to_add
+            .into_iter()
+            .map(|h| (h.key, h.value)),
+    );
+    assert_eq!(fields.len(), 3, "{fields:?}");
+    assert_eq!(
+        fields[0],
+        ("ratelimit".to_owned(), r#""hdr.user";r=0;t=60"#.to_owned())
+    );
+    assert_eq!(
+        fields[1],
+        ("ratelimit-policy".to_owned(), policy.to_owned())
+    );
+    assert_eq!(fields[2], ("retry-after".to_owned(), "60".to_owned()));
+
+    // The same fields on /v1/check, for another user.
+    let body = r#"{"domain":"hdr","descriptors":[{"entries":[{"key":"user","value":"bo"}]}]}"#;
+    let ok = server.post_json("/v1/check", body).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert_eq!(ok.headers["ratelimit-policy"], policy);
+    assert_eq!(ok.headers["ratelimit"], r#""hdr.user";r=2;t=61"#);
+    assert!(ok.headers.get("retry-after").is_none());
+    for _ in 0..2 {
+        server.post_json("/v1/check", body).await;
+    }
+    let over = server.post_json("/v1/check", body).await;
+    assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(over.headers["ratelimit"], r#""hdr.user";r=0;t=60"#);
+    assert_eq!(over.headers["retry-after"], "60");
+
+    // Off by default: nothing added.
+    let plain = serve(kind.open().await.backend, &live).await;
+    let addr = plain.grpc_addr.expect("a gRPC listener");
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    let answer = client
+        .should_rate_limit(request("cy"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.response_headers_to_add.is_empty(), "{answer:?}");
+    let reply = plain.post_json("/v1/check", body).await;
+    assert!(reply.headers.get("ratelimit").is_none());
 }

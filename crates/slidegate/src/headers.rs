@@ -157,6 +157,7 @@ pub fn ratelimit_list<'a>(policies: impl IntoIterator<Item = (&'a str, &'a Decis
 
 /// The `"name";r=` that starts a policy's item in the `RateLimit` field,
 /// so a caller that sends the field often can prepare it once.
+#[cfg(feature = "tower")]
 pub(crate) fn ratelimit_item_start(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 5);
     push_sf_string(&mut out, name);
