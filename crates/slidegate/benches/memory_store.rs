@@ -363,13 +363,51 @@ fn time_it<L: Limiter>(cell: &Cell, decisions: u64, seed: u64, limiter: &L) -> f
 /// For a profiler: fills one limiter of each chosen cell, runs
 /// `PROFILE_DECISIONS` decisions once to warm up, then again inside
 /// [`profiled`], the function to count (`--toggle-collect='*profiled*'`).
+///
+/// A profiler slows the program down many times over, which would change
+/// what the limiters see (at 10,000 keys, admissions instead of mostly
+/// denials): here both run on manual clocks that move
+/// `MEMORY_PROFILE_NS` (default 40) nanoseconds per decision.
 fn profile(which: &str) {
+    let ns: u64 = std::env::var("MEMORY_PROFILE_NS")
+        .ok()
+        .and_then(|ns| ns.parse().ok())
+        .unwrap_or(40);
+    let start = 1 << 40;
     for cell in cells() {
-        match (which, cell.string) {
-            ("slidegate", false) => profile_one(&cell, slidegate_u64(cell.keys)),
-            ("slidegate", true) => profile_one(&cell, slidegate_string(cell.keys)),
-            ("governor", false) => profile_one(&cell, governor_u64(cell.keys)),
-            ("governor", true) => profile_one(&cell, governor_string(cell.keys)),
+        let rules = [rule()];
+        let names = names(if cell.string { cell.keys } else { 0 });
+        match which {
+            "slidegate" => {
+                let clock = slidegate::clock::ManualClock::at(start);
+                let set_time = |ns: u64| clock.set(start + ns / 1_000);
+                if cell.string {
+                    let s: MemoryStore<String, _> = MemoryStore::builder().clock(clock.clone()).build();
+                    let decide = |k: usize| {
+                        s.acquire(names[k].as_str(), &rules, 1)
+                            .is_ok_and(|d| d.allowed())
+                    };
+                    profile_one(&cell, ns, decide, set_time);
+                } else {
+                    let s: MemoryStore<u64, _> =
+                        MemoryStore::builder().clock(clock.clone()).build();
+                    let decide =
+                        |k: usize| s.acquire(&(k as u64), &rules, 1).is_ok_and(|d| d.allowed());
+                    profile_one(&cell, ns, decide, set_time);
+                }
+            }
+            "governor" => {
+                let clock = governor::clock::FakeRelativeClock::default();
+                let last = std::cell::Cell::new(0);
+                let set_time = |ns: u64| clock.advance(Duration::from_nanos(ns - last.replace(ns)));
+                if cell.string {
+                    let g = RateLimiter::dashmap_with_clock(quota(), clock.clone());
+                    profile_one(&cell, ns, |k| g.check_key(&names[k]).is_ok(), set_time);
+                } else {
+                    let g = RateLimiter::dashmap_with_clock(quota(), clock.clone());
+                    profile_one(&cell, ns, |k| g.check_key(&(k as u64)).is_ok(), set_time);
+                }
+            }
             _ => panic!("MEMORY_PROFILE is slidegate or governor"),
         }
     }
@@ -377,20 +415,39 @@ fn profile(which: &str) {
 
 const PROFILE_DECISIONS: u64 = 1_000_000;
 
-fn profile_one<L: Limiter>(cell: &Cell, limiter: L) {
-    run(cell.threads, PROFILE_DECISIONS, cell.keys, 7, |k| {
-        black_box(limiter.decide(k));
-    });
-    let allowed = profiled(cell, &limiter);
+/// Fills, warms up, then profiles `decide`, moving time by `ns` per
+/// decision with `set_time(nanoseconds since the start)`.
+fn profile_one(cell: &Cell, ns: u64, decide: impl Fn(usize) -> bool, set_time: impl Fn(u64)) {
+    let mut t = 0;
+    for key in 0..cell.keys {
+        t += ns;
+        set_time(t);
+        decide(key);
+    }
+    let mut keys = Keys::new(7, cell.keys);
+    for _ in 0..PROFILE_DECISIONS {
+        t += ns;
+        set_time(t);
+        black_box(decide(keys.next()));
+    }
+    let allowed = profiled(cell, ns, t, &decide, &set_time);
     println!("{allowed} of {PROFILE_DECISIONS} allowed");
 }
 
 #[inline(never)]
-fn profiled<L: Limiter>(cell: &Cell, limiter: &L) -> u64 {
+fn profiled(
+    cell: &Cell,
+    ns: u64,
+    mut t: u64,
+    decide: &impl Fn(usize) -> bool,
+    set_time: &impl Fn(u64),
+) -> u64 {
     let mut keys = Keys::new(9, cell.keys);
     let mut allowed = 0;
     for _ in 0..PROFILE_DECISIONS {
-        allowed += u64::from(limiter.decide(keys.next()));
+        t += ns;
+        set_time(t);
+        allowed += u64::from(decide(keys.next()));
     }
     allowed
 }
