@@ -382,7 +382,8 @@ fn profile(which: &str) {
                 let clock = slidegate::clock::ManualClock::at(start);
                 let set_time = |ns: u64| clock.set(start + ns / 1_000);
                 if cell.string {
-                    let s: MemoryStore<String, _> = MemoryStore::builder().clock(clock.clone()).build();
+                    let s: MemoryStore<String, _> =
+                        MemoryStore::builder().clock(clock.clone()).build();
                     let decide = |k: usize| {
                         s.acquire(names[k].as_str(), &rules, 1)
                             .is_ok_and(|d| d.allowed())
