@@ -17,14 +17,9 @@
 //! of the per-round ratios. `MEMORY_CELLS=u64/1/1000000,string/2/1` picks
 //! cells (key type / threads / keys; all twelve by default).
 //!
-//! `MEMORY_PROFILE=slidegate` (or `governor`) fills one limiter per chosen
-//! cell and runs a million decisions in `profiled`, for a profiler:
-//!
-//! ```sh
-//! MEMORY_PROFILE=slidegate MEMORY_CELLS=u64/1/1000000 valgrind --tool=callgrind \
-//!   --cache-sim=yes --collect-atstart=no --toggle-collect='*profiled*' \
-//!   target/release/deps/memory_store-*
-//! ```
+//! `MEMORY_PROFILE=slidegate` (or `governor`) runs one limiter per chosen
+//! cell for a profiler: `scripts/profile-memory-store.sh` counts
+//! instructions and cache misses per decision with callgrind.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -360,21 +355,27 @@ fn time_it<L: Limiter>(cell: &Cell, decisions: u64, seed: u64, limiter: &L) -> f
     elapsed.as_nanos() as f64 / decisions as f64
 }
 
-/// For a profiler: fills one limiter of each chosen cell, runs
-/// `PROFILE_DECISIONS` decisions once to warm up, then again inside
-/// [`profiled`], the function to count (`--toggle-collect='*profiled*'`).
+/// For a profiler: one limiter of each chosen cell, on manual clocks that
+/// move a fixed time per decision (a profiler slows the program down many
+/// times over, which would otherwise change what the limiters see: at
+/// 10,000 keys, admissions instead of mostly denials). The time per
+/// decision is about what one takes on this machine: `MEMORY_PROFILE_NS`,
+/// by default 40 ns up to 10,000 keys and 300 ns at a million.
 ///
-/// A profiler slows the program down many times over, which would change
-/// what the limiters see (at 10,000 keys, admissions instead of mostly
-/// denials): here both run on manual clocks that move
-/// `MEMORY_PROFILE_NS` (default 40) nanoseconds per decision.
+/// Fills the limiter, runs it for a window and a half (the steady state:
+/// every key's window full of what it admitted), then prints
+/// `MEMORY_PROFILE ready` on stderr and waits `MEMORY_PROFILE_PAUSE_MS`
+/// (so that a profiler started with its instrumentation off can turn it
+/// on: `callgrind_control -i on PID`), runs a million decisions to warm
+/// the profiler's caches, and a million more inside [`profiled`], the
+/// function to count (`--toggle-collect='*profiled*'`).
 fn profile(which: &str) {
-    let ns: u64 = std::env::var("MEMORY_PROFILE_NS")
-        .ok()
-        .and_then(|ns| ns.parse().ok())
-        .unwrap_or(40);
     let start = 1 << 40;
     for cell in cells() {
+        let ns: u64 = std::env::var("MEMORY_PROFILE_NS")
+            .ok()
+            .and_then(|ns| ns.parse().ok())
+            .unwrap_or(if cell.keys >= 1_000_000 { 300 } else { 40 });
         let rules = [rule()];
         let names = names(if cell.string { cell.keys } else { 0 });
         match which {
@@ -416,8 +417,9 @@ fn profile(which: &str) {
 
 const PROFILE_DECISIONS: u64 = 1_000_000;
 
-/// Fills, warms up, then profiles `decide`, moving time by `ns` per
-/// decision with `set_time(nanoseconds since the start)`.
+/// Fills, runs to the steady state, warms up, then profiles `decide`,
+/// moving time by `ns` per decision with `set_time(nanoseconds since the
+/// start)`.
 fn profile_one(cell: &Cell, ns: u64, decide: impl Fn(usize) -> bool, set_time: impl Fn(u64)) {
     let mut t = 0;
     for key in 0..cell.keys {
@@ -425,6 +427,19 @@ fn profile_one(cell: &Cell, ns: u64, decide: impl Fn(usize) -> bool, set_time: i
         set_time(t);
         decide(key);
     }
+    let mut keys = Keys::new(5, cell.keys);
+    // A window and a half of 1 s.
+    for _ in 0..1_500_000_000 / ns {
+        t += ns;
+        set_time(t);
+        black_box(decide(keys.next()));
+    }
+    eprintln!("MEMORY_PROFILE ready");
+    let pause = std::env::var("MEMORY_PROFILE_PAUSE_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(pause));
     let mut keys = Keys::new(7, cell.keys);
     for _ in 0..PROFILE_DECISIONS {
         t += ns;
