@@ -47,7 +47,7 @@ profile() {
     kill -0 "$pid" 2>/dev/null || { cat "$err" >&2; return 1; }
     sleep 0.2
   done
-  callgrind_control -i on "$pid" >/dev/null
+  callgrind_control -i on "$pid" >/dev/null 2>&1
   wait "$pid"
   awk '/^events:/ { for (i = 2; i <= NF; i++) name[i] = $i }
        /^summary:/ { for (i = 2; i <= NF; i++) v[name[i]] = $i }
