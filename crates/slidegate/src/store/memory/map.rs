@@ -114,10 +114,55 @@ impl<K: Hash + Eq> Map<K> {
             .into_mut()
     }
 
-    /// Gives back table room once it is mostly empty.
+    /// Gives back table room once it is mostly empty, and all of it once
+    /// empty (so that a store whose keys all went idle is back to its
+    /// shards alone, whatever the keys' spread over them was).
     pub(crate) fn shrink(&self, table: &mut HashTable<Entry<K>>) {
-        if table.capacity() > 4 * table.len() + 64 {
+        let empty = table.is_empty() && table.capacity() > 0;
+        if empty || table.capacity() > 4 * table.len() + 64 {
             table.shrink_to_fit(|e| self.hasher.hash_one(&e.key));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table_with(map: &Map<u64>, keys: u64) -> HashTable<Entry<u64>> {
+        let mut table = HashTable::new();
+        for key in 0..keys {
+            map.insert(&mut table, map.hash(&key), key, Slot::empty(8));
+        }
+        table
+    }
+
+    #[test]
+    fn an_emptied_table_gives_back_all_its_room_however_small() {
+        let map: Map<u64> = Map::new(2);
+        let mut table = table_with(&map, 10);
+        table.clear();
+        map.shrink(&mut table);
+        assert_eq!(table.capacity(), 0);
+    }
+
+    #[test]
+    fn a_table_keeps_its_room_while_mostly_used() {
+        let map: Map<u64> = Map::new(2);
+        let mut table = table_with(&map, 100);
+        let capacity = table.capacity();
+        map.shrink(&mut table);
+        assert_eq!(table.capacity(), capacity);
+    }
+
+    #[test]
+    fn a_mostly_empty_table_shrinks_to_what_it_holds() {
+        let map: Map<u64> = Map::new(2);
+        let mut table = table_with(&map, 1_000);
+        let capacity = table.capacity();
+        table.retain(|e| e.key < 10);
+        map.shrink(&mut table);
+        assert!(table.capacity() < capacity / 8, "{}", table.capacity());
+        assert!((0..10).all(|k| Map::find(&mut table, map.hash(&k), &k).is_some()));
     }
 }
