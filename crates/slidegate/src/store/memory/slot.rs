@@ -363,7 +363,10 @@ impl Slot {
     /// has one and the shard's table takes the rule.
     fn fresh(rule: Rule, key_bytes: u32, bounds: &Bounds, rules: &mut RuleTable) -> Result<Slot> {
         let compact = match rule.algorithm() {
-            Algorithm::SlidingLog => inline_cost_bits(rule.rate()).is_some() || ring_fits(rule),
+            // An inline log moves to a ring when it outgrows the slot, so
+            // a log has a compact form only when a ring can hold it (an
+            // inline form takes windows a ring takes, not larger limits).
+            Algorithm::SlidingLog => ring_fits(rule),
             _ => true,
         };
         if let Some(id) = compact.then(|| rules.intern(rule)).flatten() {

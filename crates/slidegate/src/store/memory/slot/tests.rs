@@ -98,6 +98,26 @@ fn windows_past_the_inline_width_use_a_ring_and_past_an_hour_a_box() {
 }
 
 #[test]
+fn sliding_logs_of_limits_over_u32_max_keep_their_states_in_a_box() {
+    let (mut slot, mut rules, bounds) = key(usize::MAX, 16);
+    let r = rule("5000000000/1s");
+    for _ in 0..2 {
+        assert!(
+            slot.decide_one(r, 0, 2_500_000_000, &bounds, &mut rules)
+                .unwrap()
+                .allowed()
+        );
+    }
+    assert!(matches!(slot, Slot::Many(_)));
+    assert_eq!(
+        slot.decide_one(r, 0, 1, &bounds, &mut rules)
+            .map(|d| d.allowed()),
+        Ok(false)
+    );
+    assert_eq!(bounds.bytes(), slot.heap_bytes());
+}
+
+#[test]
 fn other_algorithms_keep_their_state_in_the_slot() {
     for algorithm in [
         Algorithm::Gcra,
