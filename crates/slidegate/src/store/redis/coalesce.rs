@@ -208,7 +208,9 @@ impl Lane {
     pub(crate) async fn decide(self: &Arc<Self>, part: Part) -> Answer {
         let timeout = self.calls.timeout;
         if !self.calls.coalesce.on {
-            return match tokio::time::timeout(timeout, self.call_one(part)).await {
+            // Boxed: the connection's futures are large, and a decision's
+            // future is moved whole by every layer around it.
+            return match tokio::time::timeout(timeout, Box::pin(self.call_one(part))).await {
                 Ok(answer) => answer,
                 Err(_) => Answer::Failed(Error::Timeout(timeout)),
             };

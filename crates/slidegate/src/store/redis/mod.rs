@@ -296,17 +296,19 @@ impl Inner {
         step: Option<(Step, &str)>,
     ) -> Result<SmallVec<[Decision; 1]>> {
         let part = plan.part(step);
+        // The cluster connection's future is large and rarely needed:
+        // boxed, so that it does not weigh on every decision's future.
         let answer = match &self.connection {
             Connection::Node(lane) => lane.decide(part).await,
             Connection::Cluster(cluster) => match self.lane_of(plan.route()) {
                 Some(lane) => match lane.decide(part).await {
                     Answer::Moved => {
                         self.slots_moved();
-                        self.invoke_cluster(cluster, plan, step).await
+                        Box::pin(self.invoke_cluster(cluster, plan, step)).await
                     }
                     other => other,
                 },
-                None => self.invoke_cluster(cluster, plan, step).await,
+                None => Box::pin(self.invoke_cluster(cluster, plan, step)).await,
             },
         };
         match answer {
