@@ -477,7 +477,8 @@ fn store_error(e: &redis::RedisError, timeout: Duration) -> Error {
     }
 }
 
-fn is_noscript(reply: &redis::Value) -> bool {
+/// A reply that is `NOSCRIPT`: the script did not run.
+pub(crate) fn is_noscript(reply: &redis::Value) -> bool {
     matches!(reply, redis::Value::ServerError(e)
         if e.kind() == Some(redis::ServerErrorKind::NoScript))
 }

@@ -350,15 +350,19 @@ impl Inner {
                 let reply = cluster
                     .route_command(command.clone(), routing.clone())
                     .await;
-                match reply {
-                    Err(e) if retries < NOSCRIPT_RETRIES && is_noscript(&e) => {
-                        retries += 1;
-                        cluster
-                            .route_command(load_command(), routing.clone())
-                            .await?;
-                    }
-                    other => return other,
+                // The cluster connection answers a server error either
+                // way: as an error, or as the reply's value.
+                let lost = match &reply {
+                    Err(e) => is_noscript(e),
+                    Ok(value) => coalesce::is_noscript(value),
+                };
+                if !lost || retries >= NOSCRIPT_RETRIES {
+                    return reply;
                 }
+                retries += 1;
+                cluster
+                    .route_command(load_command(), routing.clone())
+                    .await?;
             }
         };
         match tokio::time::timeout(self.timeout, call).await {
