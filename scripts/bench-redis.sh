@@ -3,19 +3,22 @@
 # seeds' sorted-set script (crates/slidegate/benches/seed_sliding_window.lua),
 # on one local redis-server started (and stopped) by this script, in one run.
 #
-#   scripts/bench-redis.sh [--quick] [--callgrind]
+#   scripts/bench-redis.sh [--quick] [--callgrind] [--no-cluster]
 #
-#   --quick      short runs (a smoke test of the script, not a measurement)
-#   --callgrind  also count the instructions Redis spends per EVALSHA under
-#                valgrind (deterministic, unlike timings on a busy machine)
+#   --quick       short runs (a smoke test of the script, not a measurement)
+#   --callgrind   also count the instructions Redis spends per EVALSHA under
+#                 valgrind (deterministic, unlike timings on a busy machine)
+#   --no-cluster  skip the 3-master cluster runs of (g)
 #
 # Needs redis-server, redis-cli, redis-benchmark (Debian: redis-server,
 # redis-tools), perl and cargo; builds target/release/slidegate. Environment:
 # BENCH_SECONDS (each `slidegate bench` run, default 10), BENCH_REQUESTS
 # (each redis-benchmark -P 1 run, default 400000; -P 16 runs take 4x),
 # BENCH_STREAM (decisions per same-stream run, default 200000), BENCH_REPEAT
-# (runs of each measurement, default 2: the table shows the best, the
-# fastest run and the lowest usec_per_call, against other load).
+# (rounds, default 3). The `slidegate bench` runs of (b), (f) and (g) are
+# interleaved: each round runs every configuration once, and the table
+# shows the median of the rounds with their spread (min-max). The
+# redis-benchmark and same-stream runs show the best of the rounds.
 #
 # What is measured, and how:
 # (a) redis-benchmark -c 50, -P 1 and -P 16, running EVALSHA of the seeds'
@@ -27,13 +30,16 @@
 #     window and every call after the first 100 is a denial (ZREMRANGEBYSCORE
 #     finds nothing, ZCARD), the 10k keys fill up (ZADD, PEXPIRE). Members
 #     are three __rand_int__ joined by dashes, about as long as a UUID.
-# (b) `slidegate bench --store redis://...` (the server's store stack: the
-#     failure policy, the circuit breaker and the local deny cache around
+# (b) `slidegate bench --store redis://...` (the server's store stack:
+#     the failure policy, the circuit breaker and the local deny cache around
 #     the RedisStore) with 50 and 500 tasks on the same cases, on Redis'
 #     clock, without the deny cache (--deny-cache-entries 0: every decision
-#     is an EVALSHA) and with it (the default).
-# (c) Redis CPU per decision: INFO commandstats usec_per_call of EVALSHA,
-#     after CONFIG RESETSTAT, for the runs of (a) and (b); and for both
+#     reaches Redis) with coalescing on (the default) and off
+#     (--redis-coalesce off: one EVALSHA per decision), and with the deny
+#     cache (the default).
+# (c) Redis CPU per decision: INFO commandstats usec of EVALSHA, after
+#     CONFIG RESETSTAT, divided by the decisions (not the calls: a
+#     coalesced call decides many), for the runs of (a) and (b); and for both
 #     scripts on one identical stream of decisions (a synthetic clock at
 #     50k decisions/s, slidegate on the caller's clock like the seeds),
 #     sent pipelined on one connection with redis-cli --pipe.
@@ -44,6 +50,11 @@
 #     hot key with full windows at L = 10, 100, 1000, 10000 (rule L/1s,
 #     50k decisions/s): usec_per_call, and decisions/s as Redis serves
 #     them pipelined on one connection.
+# (f) Latency at low load: 1 task, one decision at a time, 10k keys, no
+#     deny cache, coalescing on and off: p50 and p99.
+# (g) Cost growth: decisions/s and Redis usec per decision as the tasks go
+#     1, 8, 64, 512 (10k keys, no deny cache), coalescing on and off, on the
+#     one redis-server and on a local 3-master Redis Cluster.
 #
 # Client and server share the machine's cores: throughput numbers depend
 # on the load, which is printed before and after, and the throughput rows
@@ -54,10 +65,12 @@ set -euo pipefail
 
 quick=0
 callgrind=0
+cluster=1
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
     --callgrind) callgrind=1 ;;
+    --no-cluster) cluster=0 ;;
     -h | --help)
       sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
@@ -72,7 +85,7 @@ done
 SECONDS_PER_RUN=${BENCH_SECONDS:-10}
 REQUESTS=${BENCH_REQUESTS:-400000}
 STREAM=${BENCH_STREAM:-200000}
-REPEAT=${BENCH_REPEAT:-2}
+REPEAT=${BENCH_REPEAT:-3}
 if [ "$quick" = 1 ]; then
   SECONDS_PER_RUN=1
   REQUESTS=20000
@@ -99,28 +112,32 @@ SLIDEGATE=$TARGET/release/slidegate
 
 WORK=$(mktemp -d)
 REDIS_PID=
+CLUSTER_PIDS=()
 cleanup() {
-  if [ -n "$REDIS_PID" ]; then
-    kill "$REDIS_PID" 2>/dev/null || true
-    wait "$REDIS_PID" 2>/dev/null || true
-  fi
+  for pid in $REDIS_PID "${CLUSTER_PIDS[@]}"; do
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# A free port: nothing answers a TCP connection on it.
-PORT=
-for _ in $(seq 100); do
-  candidate=$((20000 + RANDOM % 20000))
-  if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null; then
-    PORT=$candidate
-    break
-  fi
-done
-[ -n "$PORT" ] || {
+# A free port: nothing answers a TCP connection on it (nor on the cluster
+# bus port, 10000 above it).
+free_port() {
+  local candidate
+  for _ in $(seq 100); do
+    candidate=$((20000 + RANDOM % 20000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null &&
+      ! (exec 3<>"/dev/tcp/127.0.0.1/$((candidate + 10000))") 2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
   echo "bench-redis: no free port found" >&2
   exit 1
 }
+PORT=$(free_port)
 
 start_redis() {
   "$@" redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
@@ -142,10 +159,11 @@ stop_redis() {
 
 cli() { redis-cli -p "$PORT" "$@"; }
 
-# EVALSHA's calls and usec_per_call since the last CONFIG RESETSTAT.
+# EVALSHA's calls (1), usec (2) and usec_per_call (3) since the last
+# CONFIG RESETSTAT, on the server at port $2 (default: the one Redis).
 evalsha_stat() {
-  cli info commandstats | tr -d '\r' |
-    sed -n "s/^cmdstat_evalsha:calls=\([0-9]*\),usec=[0-9]*,usec_per_call=\([0-9.]*\).*/\\$1/p"
+  redis-cli -p "${2:-$PORT}" info commandstats | tr -d '\r' |
+    sed -n "s/^cmdstat_evalsha:calls=\([0-9]*\),usec=\([0-9]*\),usec_per_call=\([0-9.]*\).*/\\$1/p"
 }
 
 reset() {
@@ -156,8 +174,16 @@ reset() {
 # slidegate's script, as script.rs assembles it.
 ours_text() {
   sed -n '/SCRIPT_TEXT: &str = concat!(/,/^);/p' "$SCRIPT_RS" |
-    grep -o 'include_str!("[a-z_]*\.lua")' | sed 's/include_str!("\(.*\)")/\1/' |
-    while read -r file; do cat "$ROOT/crates/slidegate/src/store/redis/$file"; done
+    perl -ne '
+      BEGIN { $dir = shift }
+      if (/include_str!\("([a-z_]+\.lua)"\)/) {
+        open(my $f, "<", "$dir/$1") or die "$dir/$1: $!";
+        print <$f>;
+      } elsif (/^\s*"(.*)",\s*$/) {
+        (my $text = $1) =~ s/\\n/\n/g;
+        print $text;
+      }
+    ' "$ROOT/crates/slidegate/src/store/redis"
 }
 
 # A stream of EVALSHA calls in RESP on a synthetic clock.
@@ -209,6 +235,12 @@ timed() { perl -e 'system(@ARGV) == 0 or exit 1; my @t = times; open(my $f, ">",
 per_decision() { awk -v s="$1" -v n="$2" 'BEGIN { printf "%.1f", s * 1e6 / n }'; }
 # best OLD NEW (larger|smaller): the better of two numbers, OLD may be empty.
 best() { awk -v a="$1" -v b="$2" -v w="$3" 'BEGIN { if (a == "") print b; else if (w == "larger") print (b > a ? b : a); else print (b < a ? b : a) }'; }
+# median "V1 V2 ...": the median of the values (the lower middle of an
+# even count); spread "V1 V2 ...": "min-max".
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+spread() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { print lo "-" hi }'; }
+# json FIELD: a number from the `slidegate bench --json` report in $WORK/json.
+json() { sed "s/.*\"$1\":\([0-9.]*\).*/\1/" "$WORK/json"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 # met VALUE OP LIMIT: yes/no
 met() { awk -v v="$1" -v op="$2" -v l="$3" 'BEGIN { ok = (op == ">=") ? v >= l : v <= l; print ok ? "yes" : "no" }'; }
@@ -245,35 +277,42 @@ for keys in 1 10000; do
         SEED_RPS[$keys,$pipeline]=$rps
         SEED_CPU[$keys,$pipeline]="client $(per_decision "$(cat "$WORK/client_cpu")" "$n") µs, redis-server $(per_decision "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" "$n") µs"
       fi
-      SEED_USEC[$keys,$pipeline]=$(best "${SEED_USEC[$keys,$pipeline]:-}" "$(evalsha_stat 2)" smaller)
+      SEED_USEC[$keys,$pipeline]=$(best "${SEED_USEC[$keys,$pipeline]:-}" "$(evalsha_stat 3)" smaller)
     done
   done
 done
 
-# (b) slidegate bench, Redis' clock, with and without the local deny cache.
-declare -A OURS_RPS OURS_USEC OURS_CALLS OURS_CPU
-for keys in 1 10000; do
-  for tasks in 50 500; do
-    for cache in 0 100000; do
-      for _ in $(seq "$REPEAT"); do
-        echo "slidegate bench: $keys key(s), $tasks tasks, deny cache $cache..." >&2
+# sg_bench URL KEYS TASKS CACHE COALESCE: one `slidegate bench` run on
+# Redis' clock, its report in $WORK/json, its CPU in $WORK/client_cpu.
+sg_bench() {
+  timed "$SLIDEGATE" bench --store "$1" --keys "$2" --concurrency "$3" \
+    --duration "${SECONDS_PER_RUN}s" --rate 100/1s --store-timeout-ms 5000 \
+    --deny-cache-entries "$4" --redis-coalesce "$5" --json >"$WORK/json"
+  [ "$(json errors)" = 0 ] || echo "bench-redis: $(json errors) errors in that run" >&2
+}
+
+# (b) slidegate bench, Redis' clock: coalescing on and off without the
+# deny cache, and on with it; interleaved rounds.
+declare -A OURS_RPS OURS_USEC OURS_CALLS OURS_RCPU OURS_CCPU
+for round in $(seq "$REPEAT"); do
+  for keys in 1 10000; do
+    for tasks in 50 500; do
+      for mode in on off cache; do
+        cache=0 coalesce=on
+        [ "$mode" = off ] && coalesce=off
+        [ "$mode" = cache ] && cache=100000
+        echo "slidegate bench (round $round): $keys key(s), $tasks tasks, $mode..." >&2
         reset
         cpu0=$(redis_cpu)
-        timed "$SLIDEGATE" bench --store "redis://127.0.0.1:$PORT" --keys "$keys" \
-          --concurrency "$tasks" --duration "${SECONDS_PER_RUN}s" --rate 100/1s \
-          --store-timeout-ms 5000 --deny-cache-entries "$cache" --json >"$WORK/json"
+        sg_bench "redis://127.0.0.1:$PORT" "$keys" "$tasks" "$cache" "$coalesce"
         cpu1=$(redis_cpu)
-        json=$(cat "$WORK/json")
-        per_second=$(echo "$json" | sed 's/.*"per_second":\([0-9.]*\).*/\1/')
-        requests=$(echo "$json" | sed 's/.*"requests":\([0-9]*\).*/\1/')
-        errors=$(echo "$json" | sed 's/.*"errors":\([0-9]*\).*/\1/')
-        [ "$errors" = 0 ] || echo "bench-redis: $errors errors in that run" >&2
-        if [ "$(best "${OURS_RPS[$keys,$tasks,$cache]:-}" "$per_second" larger)" = "$per_second" ]; then
-          OURS_RPS[$keys,$tasks,$cache]=$per_second
-          OURS_CALLS[$keys,$tasks,$cache]=$(awk -v c="$(evalsha_stat 1)" -v n="$requests" 'BEGIN { printf "%.3g", c / n }')
-          OURS_CPU[$keys,$tasks,$cache]="client $(per_decision "$(cat "$WORK/client_cpu")" "$requests") µs, redis-server $(per_decision "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" "$requests") µs"
-        fi
-        OURS_USEC[$keys,$tasks,$cache]=$(best "${OURS_USEC[$keys,$tasks,$cache]:-}" "$(evalsha_stat 2)" smaller)
+        requests=$(json requests)
+        cell=$keys,$tasks,$mode
+        OURS_RPS[$cell]+=" $(printf %.0f "$(json per_second)")"
+        OURS_CALLS[$cell]+=" $(awk -v c="$(evalsha_stat 1)" -v n="$requests" 'BEGIN { printf "%.3f", c / n }')"
+        OURS_USEC[$cell]+=" $(awk -v u="$(evalsha_stat 2)" -v n="$requests" 'BEGIN { printf "%.2f", u / n }')"
+        OURS_RCPU[$cell]+=" $(per_decision "$(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { print b - a }')" "$requests")"
+        OURS_CCPU[$cell]+=" $(per_decision "$(cat "$WORK/client_cpu")" "$requests")"
       done
     done
   done
@@ -303,7 +342,7 @@ stream() {
     exit 1
   }
   ended=$(now_ns)
-  echo "$(awk -v n="$STREAM" -v ns=$((ended - begun)) 'BEGIN { printf "%.0f", n / (ns / 1e9) }') $(evalsha_stat 2)"
+  echo "$(awk -v n="$STREAM" -v ns=$((ended - begun)) 'BEGIN { printf "%.0f", n / (ns / 1e9) }') $(evalsha_stat 3)"
 }
 # best_stream KIND KEYS LIMIT: the best of REPEAT runs.
 best_stream() {
@@ -387,9 +426,83 @@ if [ "$callgrind" = 1 ]; then
     done
   done
 fi
+if [ "$callgrind" = 1 ]; then
+  stop_redis
+  start_redis
+fi
+
+# (f) latency at low load, interleaved rounds.
+declare -A LAT_P50 LAT_P99
+for round in $(seq "$REPEAT"); do
+  for coalesce in on off; do
+    echo "latency (round $round): 1 task, coalescing $coalesce..." >&2
+    reset
+    sg_bench "redis://127.0.0.1:$PORT" 10000 1 0 "$coalesce"
+    LAT_P50[$coalesce]+=" $(json p50)"
+    LAT_P99[$coalesce]+=" $(json p99)"
+  done
+done
+
+# (g) cost growth on one Redis and on a 3-master cluster.
+CLUSTER_PORTS=()
+if [ "$cluster" = 1 ]; then
+  for n in 1 2 3; do
+    port=$(free_port)
+    mkdir -p "$WORK/node$n"
+    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+      --dir "$WORK/node$n" --logfile "$WORK/node$n/redis.log" --cluster-enabled yes \
+      --cluster-config-file nodes.conf --cluster-node-timeout 5000 &
+    CLUSTER_PIDS+=($!)
+    CLUSTER_PORTS+=("$port")
+    for _ in $(seq 600); do
+      redis-cli -p "$port" ping 2>/dev/null | grep -q PONG && break
+      sleep 0.1
+    done
+  done
+  redis-cli --cluster create "${CLUSTER_PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 \
+    --cluster-yes >/dev/null
+  for port in "${CLUSTER_PORTS[@]}"; do
+    for _ in $(seq 300); do
+      redis-cli -p "$port" cluster info | grep -q cluster_state:ok && break
+      sleep 0.1
+    done
+  done
+  CLUSTER_URL="redis+cluster://$(printf '127.0.0.1:%s,' "${CLUSTER_PORTS[@]}" | sed 's/,$//')"
+fi
+TOPOLOGIES="redis"
+[ "$cluster" = 1 ] && TOPOLOGIES="redis cluster"
+declare -A GROW_RPS GROW_USEC
+for round in $(seq "$REPEAT"); do
+  for topology in $TOPOLOGIES; do
+    for tasks in 1 8 64 512; do
+      for coalesce in on off; do
+        echo "growth (round $round): $topology, $tasks tasks, coalescing $coalesce..." >&2
+        if [ "$topology" = redis ]; then
+          ports=$PORT url="redis://127.0.0.1:$PORT"
+        else
+          ports="${CLUSTER_PORTS[*]}" url=$CLUSTER_URL
+        fi
+        for port in $ports; do
+          redis-cli -p "$port" flushall >/dev/null
+          redis-cli -p "$port" config resetstat >/dev/null
+        done
+        sg_bench "$url" 10000 "$tasks" 0 "$coalesce"
+        usec=0
+        for port in $ports; do usec=$((usec + $(evalsha_stat 2 "$port"))); done
+        cell=$topology,$tasks,$coalesce
+        GROW_RPS[$cell]+=" $(printf %.0f "$(json per_second)")"
+        GROW_USEC[$cell]+=" $(awk -v u="$usec" -v n="$(json requests)" 'BEGIN { printf "%.2f", u / n }')"
+      done
+    done
+  done
+done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 
-# The table.
+# The table. m CELLS-ARRAY KEY: "median (spread)".
+m() {
+  local -n values=$1
+  printf '%s (%s)' "$(median "${values[$2]}")" "$(spread "${values[$2]}")"
+}
 for keys in 1 10000; do
   name="1 hot key"
   [ "$keys" = 10000 ] && name="10k keys"
@@ -397,33 +510,45 @@ for keys in 1 10000; do
     set -- $pair
     pipeline=$1 tasks=$2
     target=1.0
-    [ "$pipeline" = 16 ] && target=0.8
+    [ "$pipeline" = 16 ] && target=1.5
     seeds=${SEED_RPS[$keys,$pipeline]}
-    ours=${OURS_RPS[$keys,$tasks,0]}
-    r=$(ratio "$ours" "$seeds")
-    row "a, b" "decisions/s, $name" \
-      "redis-benchmark -c 50 -P $pipeline: $(printf %.0f "$seeds") (CPU per decision: ${SEED_CPU[$keys,$pipeline]})" \
-      "$tasks tasks, no deny cache: $(printf %.0f "$ours") (${OURS_CPU[$keys,$tasks,0]})" \
-      "$r" ">= $target" "$(met "$r" '>=' "$target")"
-    ours=${OURS_RPS[$keys,$tasks,100000]}
-    r=$(ratio "$ours" "$seeds")
-    row "b" "decisions/s, $name" "(as above)" \
-      "$tasks tasks, deny cache: $(printf %.0f "$ours") (${OURS_CALLS[$keys,$tasks,100000]} EVALSHA per decision)" \
-      "$r" "-" "-"
+    for mode in on off cache; do
+      ours=$(median "${OURS_RPS[$keys,$tasks,$mode]}")
+      r=$(ratio "$ours" "$seeds")
+      case $mode in
+        on) what="coalescing on, no deny cache" ;;
+        off) what="coalescing off, no deny cache" ;;
+        cache) what="coalescing on, deny cache" ;;
+      esac
+      seeds_cell="(as above)"
+      [ "$mode" = on ] && seeds_cell="redis-benchmark -c 50 -P $pipeline: $(printf %.0f "$seeds") (CPU per decision: ${SEED_CPU[$keys,$pipeline]})"
+      row "a, b" "decisions/s, $name" "$seeds_cell" \
+        "$tasks tasks, $what: $(m OURS_RPS "$keys,$tasks,$mode") (CPU per decision: client $(median "${OURS_CCPU[$keys,$tasks,$mode]}") µs, redis-server $(median "${OURS_RCPU[$keys,$tasks,$mode]}") µs; $(median "${OURS_CALLS[$keys,$tasks,$mode]}") EVALSHA per decision)" \
+        "$r" "$([ "$mode" = on ] && echo ">= $target" || echo -)" \
+        "$([ "$mode" = on ] && met "$r" '>=' "$target" || echo -)"
+    done
   done
 done
 for keys in 1 10000; do
   name="1 hot key"
   [ "$keys" = 10000 ] && name="10k keys"
-  seeds=${SEED_USEC[$keys,1]}
-  ours=${OURS_USEC[$keys,50,0]}
-  r=$(ratio "$ours" "$seeds")
-  row "c" "usec_per_call, $name" "redis-benchmark -P 1 (fixed time): $seeds" \
-    "50 tasks, Redis' clock (TIME): $ours" "$r" "<= 1.0" "$(met "$r" '<=' 1.0)"
+  seeds=${SEED_USEC[$keys,16]}
+  for tasks in 50 500; do
+    for mode in on off; do
+      ours=$(median "${OURS_USEC[$keys,$tasks,$mode]}")
+      r=$(ratio "$ours" "$seeds")
+      target=-
+      [ "$mode" = on ] && target=0.4
+      row "c" "EVALSHA usec per decision, $name" "redis-benchmark -P 16 (fixed time), usec_per_call: $seeds" \
+        "$tasks tasks, coalescing $mode, Redis' clock: $(m OURS_USEC "$keys,$tasks,$mode")" "$r" \
+        "$([ "$target" = - ] && echo - || echo "<= $target")" \
+        "$([ "$target" = - ] && echo - || met "$r" '<=' "$target")"
+    done
+  done
   read -r _ seeds <<<"${SAME[seed,$keys,100]}"
   read -r _ ours <<<"${SAME[ours,$keys,100]}"
   r=$(ratio "$ours" "$seeds")
-  row "c" "usec_per_call, $name" "same stream: $seeds" "same stream, caller's clock: $ours" \
+  row "c" "usec_per_call, $name" "same stream: $seeds" "same stream, one call per decision, caller's clock: $ours" \
     "$r" "<= 1.0" "$(met "$r" '<=' 1.0)"
   if [ "$callgrind" = 1 ]; then
     r=$(ratio "${INSTR[ours,$keys]}" "${INSTR[seed,$keys]}")
@@ -457,3 +582,30 @@ echo
 echo "| part | measure | seeds' script | slidegate | slidegate / seeds | target | met |"
 echo "|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+
+echo
+echo "(f) latency at low load, 1 task, 10k keys, no deny cache, µs: median of $REPEAT rounds (spread)"
+echo
+echo "| coalescing | p50 | p99 |"
+echo "|---|---|---|"
+for coalesce in on off; do
+  echo "| $coalesce | $(m LAT_P50 "$coalesce") | $(m LAT_P99 "$coalesce") |"
+done
+echo
+r50=$(ratio "$(median "${LAT_P50[on]}")" "$(median "${LAT_P50[off]}")")
+r99=$(ratio "$(median "${LAT_P99[on]}")" "$(median "${LAT_P99[off]}")")
+echo "on / off: p50 $r50 ($(met "$r50" '<=' 1.1) for <= 1.1), p99 $r99 ($(met "$r99" '<=' 1.1) for <= 1.1)"
+echo
+echo "(g) cost growth, 10k keys, no deny cache: decisions/s, median of $REPEAT rounds (spread); EVALSHA usec per decision (median, all nodes)"
+echo
+echo "| Redis | tasks | coalescing on | coalescing off | on / off |"
+echo "|---|---|---|---|---|"
+for topology in $TOPOLOGIES; do
+  name="one redis-server"
+  [ "$topology" = cluster ] && name="3-master cluster"
+  for tasks in 1 8 64 512; do
+    on=$(median "${GROW_RPS[$topology,$tasks,on]}")
+    off=$(median "${GROW_RPS[$topology,$tasks,off]}")
+    echo "| $name | $tasks | $(m GROW_RPS "$topology,$tasks,on"); $(median "${GROW_USEC[$topology,$tasks,on]}") µs | $(m GROW_RPS "$topology,$tasks,off"); $(median "${GROW_USEC[$topology,$tasks,off]}") µs | $(ratio "$on" "$off") |"
+  done
+done
