@@ -153,7 +153,7 @@ impl Backend {
     pub async fn connect(args: &StoreArgs) -> Result<Backend, ConnectError> {
         match &args.url {
             StoreUrl::Memory => Ok(Backend::Memory(MemoryBackend {
-                store: Instrumented::new(
+                store: Instrumented::untimed(
                     MemoryStore::builder()
                         .max_keys(args.max_keys)
                         .max_bytes(args.max_memory_bytes)

@@ -253,6 +253,7 @@ async fn metrics_text<S>(State(state): State<AppState<S>>) -> Result<Response, A
             "metrics are not enabled in this server",
         )
     })?;
+    crate::metrics::publish();
     let mut response = handle.render().into_response();
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
