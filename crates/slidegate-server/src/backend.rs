@@ -217,6 +217,23 @@ impl Store for Backend {
         }
     }
 
+    /// The memory store decides at once; the Redis store only from its
+    /// deny cache.
+    fn acquire_now(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+    ) -> Option<slidegate::Result<Decision>> {
+        match self {
+            Backend::Memory(m) => Some(match m.store.acquire_now(key, rules, cost)? {
+                Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
+                other => other,
+            }),
+            Backend::Redis(store) => store.acquire_now(key, rules, cost),
+        }
+    }
+
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
         match self {
             Backend::Memory(m) => match Store::acquire_batch(&m.store, hits).await {

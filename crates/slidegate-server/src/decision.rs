@@ -30,14 +30,15 @@ pub async fn acquire<S: Store + ?Sized>(
     let key = keyspace::adhoc_key(key)?;
     let key = key.as_str();
     if let [rule] = rules {
-        let decision = store.acquire(key, rules, cost).await?;
+        let decision = crate::service::acquire(store, Hit::new(key, *rule, cost)).await?;
         return Ok(Outcome {
             decision,
             rules: vec![(*rule, decision)],
         });
     }
     let hits: Vec<Hit<'_>> = rules.iter().map(|r| Hit::new(key, *r, cost)).collect();
-    let decisions = store.acquire_batch(&hits).await?;
+    // Boxed, as `service::acquire` explains.
+    let decisions = Box::pin(store.acquire_batch(&hits)).await?;
     let decision = Decision::combine(&decisions).ok_or(slidegate::Error::NoRules)?;
     Ok(Outcome {
         decision,

@@ -100,13 +100,14 @@ pub fn install() -> PrometheusHandle {
     handle
 }
 
-/// The handle in `cell`, made by `make` the first time once the recorder
-/// is installed; before that, a fresh one each time.
-fn cached<T: Clone>(cell: &OnceLock<T>, make: impl FnOnce() -> T) -> T {
+/// Calls `with` on the handle in `cell`, made by `make` the first time once
+/// the recorder is installed; before that, on a fresh one each time. The
+/// handle is borrowed, not cloned: a clone would write to its shared count.
+fn cached<T>(cell: &OnceLock<T>, make: impl FnOnce() -> T, with: impl FnOnce(&T)) {
     if INSTALLED.get().is_some() {
-        cell.get_or_init(make).clone()
+        with(cell.get_or_init(make));
     } else {
-        make()
+        with(&make());
     }
 }
 
@@ -162,10 +163,11 @@ pub fn acquire_decision(decision: &Decision) {
     } else {
         DENIED
     };
-    cached(&ACQUIRE[outcome], || {
-        metrics::counter!(DECISIONS, "source" => "acquire", "domain" => "", "rule" => ADHOC_RULE, "outcome" => OUTCOMES[outcome])
-    })
-    .increment(1);
+    cached(
+        &ACQUIRE[outcome],
+        || metrics::counter!(DECISIONS, "source" => "acquire", "domain" => "", "rule" => ADHOC_RULE, "outcome" => OUTCOMES[outcome]),
+        |counter| counter.increment(1),
+    );
 }
 
 /// Counts the outcome of every descriptor of one Envoy check.
@@ -184,23 +186,26 @@ pub fn check_decisions(domain: &str, response: &CheckResponse) {
             (_, Outcome::ShadowDenied) => 2,
             (_, Outcome::QuotaExceeded) => 3,
         };
-        let counter = match name {
-            MetricName::Configured(limit) => limit_counter(domain, limit, outcome),
-            MetricName::Detailed(limit, key) if detailed_key_allowed(key) => {
-                check_counter(domain, key.clone(), outcome)
+        match name {
+            MetricName::Configured(limit) => count_limit(domain, limit, outcome),
+            MetricName::Detailed(_, key) if detailed_key_allowed(key) => {
+                check_counter(domain, key.clone(), outcome).increment(1);
             }
-            MetricName::Detailed(limit, _) => limit_counter(domain, limit, outcome),
-            MetricName::Override => check_counter(domain, OVERRIDE_RULE.to_owned(), outcome),
-            MetricName::NoLimit => check_counter(domain, String::new(), outcome),
-        };
-        counter.increment(1);
+            MetricName::Detailed(limit, _) => count_limit(domain, limit, outcome),
+            MetricName::Override => {
+                check_counter(domain, OVERRIDE_RULE.to_owned(), outcome).increment(1);
+            }
+            MetricName::NoLimit => check_counter(domain, String::new(), outcome).increment(1),
+        }
     }
 }
 
-fn limit_counter(domain: &str, limit: &Limit, outcome: usize) -> Counter {
-    cached(&limit.counters.0[outcome], || {
-        check_counter(domain, limit.full_key.clone(), outcome)
-    })
+fn count_limit(domain: &str, limit: &Limit, outcome: usize) {
+    cached(
+        &limit.counters.0[outcome],
+        || check_counter(domain, limit.full_key.clone(), outcome),
+        |counter| counter.increment(1),
+    );
 }
 
 fn check_counter(domain: &str, rule: String, outcome: usize) -> Counter {
@@ -272,10 +277,11 @@ impl Drop for InFlight {
 /// they are rendered.
 pub fn publish() {
     for (index, protocol) in PROTOCOLS.into_iter().enumerate() {
-        let gauge = cached(&IN_FLIGHT_GAUGES[index], || {
-            metrics::gauge!("slidegate_requests_in_flight", "protocol" => protocol)
-        });
-        gauge.set(IN_FLIGHT[index].load(Ordering::Relaxed) as f64);
+        cached(
+            &IN_FLIGHT_GAUGES[index],
+            || metrics::gauge!("slidegate_requests_in_flight", "protocol" => protocol),
+            |gauge| gauge.set(IN_FLIGHT[index].load(Ordering::Relaxed) as f64),
+        );
     }
 }
 
@@ -366,10 +372,11 @@ impl<S> Instrumented<S> {
         let handles = &*self.handles;
         if let Some(started) = started {
             let elapsed: Duration = started.elapsed();
-            cached(&handles.latency[op], || {
-                metrics::histogram!("slidegate_store_call_duration_seconds", "store" => handles.name, "op" => OPS[op])
-            })
-            .record(elapsed.as_secs_f64());
+            cached(
+                &handles.latency[op],
+                || metrics::histogram!("slidegate_store_call_duration_seconds", "store" => handles.name, "op" => OPS[op]),
+                |histogram| histogram.record(elapsed.as_secs_f64()),
+            );
         }
         if let Err(error) = result {
             let kind = match error {
@@ -378,10 +385,11 @@ impl<S> Instrumented<S> {
                 Error::Store(_) => 2,
                 _ => return,
             };
-            cached(&handles.errors[kind], || {
-                metrics::counter!("slidegate_store_errors_total", "store" => handles.name, "kind" => ERROR_KINDS[kind])
-            })
-            .increment(1);
+            cached(
+                &handles.errors[kind],
+                || metrics::counter!("slidegate_store_errors_total", "store" => handles.name, "kind" => ERROR_KINDS[kind]),
+                |counter| counter.increment(1),
+            );
         }
     }
 }
@@ -392,6 +400,13 @@ impl<S: Store> Store for Instrumented<S> {
         let result = self.inner.acquire(key, rules, cost).await;
         self.observe(0, started, &result);
         result
+    }
+
+    fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision, Error>> {
+        let started = self.start();
+        let result = self.inner.acquire_now(key, rules, cost)?;
+        self.observe(0, started, &result);
+        Some(result)
     }
 
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>, Error> {

@@ -239,7 +239,7 @@ pub async fn check<S: Store>(
         let Some(hit) = plan.hit(passed) else {
             continue;
         };
-        let decision = store.acquire(hit.key, &[hit.rule], hit.cost).await?;
+        let decision = acquire(store, hit).await?;
         plan.decision = Some(decision);
     }
     let mut response = respond(plans);
@@ -262,7 +262,7 @@ async fn decide_hard<S: Store>(
         if let Some(plan) = plans.iter_mut().flatten().find(|p| p.is_hard_rule())
             && let Some(hit) = plan.hit(pass)
         {
-            let decision = store.acquire(hit.key, &[hit.rule], hit.cost).await?;
+            let decision = acquire(store, hit).await?;
             plan.decision = Some(decision);
             return Ok(pass && decision.allowed());
         }
@@ -277,13 +277,27 @@ async fn decide_hard<S: Store>(
         .filter(|p| p.is_hard_rule())
         .filter_map(|p| p.hit(pass))
         .collect();
-    let decisions = store.acquire_batch(&hits).await?;
+    // Boxed: see `acquire`.
+    let decisions = Box::pin(store.acquire_batch(&hits)).await?;
     let passed = pass && decisions.iter().all(Decision::allowed);
     let hard = plans.iter_mut().flatten().filter(|p| p.is_hard_rule());
     for (plan, decision) in hard.zip(decisions) {
         plan.decision = Some(decision);
     }
     Ok(passed)
+}
+
+/// One hit's decision: at once when the store can take it without waiting
+/// (the memory store, a cached denial), otherwise awaited in a box of its
+/// own. A network store's future is large; held inline, it would make the
+/// future of every check as large, and moving it (into the gRPC
+/// framework's box, say) would cost every request that much copying.
+pub async fn acquire<S: Store + ?Sized>(store: &S, hit: Hit<'_>) -> slidegate::Result<Decision> {
+    let rules = [hit.rule];
+    match store.acquire_now(hit.key, &rules, hit.cost) {
+        Some(answer) => answer,
+        None => Box::pin(store.acquire(hit.key, &rules, hit.cost)).await,
+    }
 }
 
 fn plan<'a>(
