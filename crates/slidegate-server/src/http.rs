@@ -271,7 +271,12 @@ async fn count_in_flight(
 }
 
 fn decision_response(status: StatusCode, outcome: &Outcome) -> Response {
-    let mut response = (status, Json(DecisionBody::from(&outcome.decision))).into_response();
+    let body = DecisionBody::from(&outcome.decision).to_json();
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     headers::insert(
         response.headers_mut(),
         outcome,
