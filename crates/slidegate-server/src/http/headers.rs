@@ -100,9 +100,8 @@ pub(crate) fn push_decimal(out: &mut String, value: u64) {
             break;
         }
     }
-    for &digit in &digits[start..] {
-        out.push(char::from(digit));
-    }
+    // ASCII digits: always UTF-8.
+    out.push_str(std::str::from_utf8(&digits[start..]).unwrap_or_default());
 }
 
 fn value(text: String) -> HeaderValue {
