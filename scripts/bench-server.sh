@@ -26,7 +26,8 @@
 # Environment: SECONDS_PER_RUN (default 5), ROUNDS (default 5),
 # CONNECTIONS (default 64), KEYS (default 10000), STORES (default
 # "memory redis"), FLOOD (default 1; 0 skips the hot-key flood),
-# SERVE_FLAGS (extra `serve` flags), SLIDEGATE (a binary to measure
+# SERVE_FLAGS (extra `serve` flags), SERVE_ENV (variables for the server
+# alone, e.g. TOKIO_WORKER_THREADS=1), SLIDEGATE (a binary to measure
 # instead of building this tree's).
 set -euo pipefail
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
@@ -118,7 +119,7 @@ for store in $STORES; do
   http=$(free_port)
   grpc=$(free_port)
   # shellcheck disable=SC2086
-  "$SLIDEGATE" serve --store "$url" --config "$WORK/bench.yaml" \
+  env ${SERVE_ENV:-} "$SLIDEGATE" serve --store "$url" --config "$WORK/bench.yaml" \
     --http-addr "127.0.0.1:$http" --grpc-addr "127.0.0.1:$grpc" ${SERVE_FLAGS:-} >"$WORK/serve.log" 2>&1 &
   server=$!
   PIDS+=("$server")
