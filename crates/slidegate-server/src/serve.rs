@@ -30,6 +30,7 @@ const RELOAD_DEBOUNCE: Duration = Duration::from_millis(200);
 /// requests in flight are answered.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let metrics = crate::metrics::install();
+    let upkeep = tokio::spawn(crate::metrics::upkeep(metrics.clone()));
     let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;
@@ -81,6 +82,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await?;
+    upkeep.abort();
     tracing::info!("slidegate stopped");
     Ok(())
 }
@@ -290,30 +292,43 @@ async fn serve_connection(conn: Conn, app: axum::Router, stop: impl Future<Outpu
 }
 
 /// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
+///
+/// The handlers are installed by this call, not when the future is first
+/// polled: a signal that comes once the server answers, but before the
+/// serving loop polls this future, must stop the server gracefully, not
+/// kill it with the signal's default action.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{Signal, SignalKind, signal};
+        let listen = |kind: SignalKind, name: &'static str| -> Option<Signal> {
+            signal(kind)
+                .inspect_err(|error| tracing::error!(%error, "cannot listen for {name}"))
+                .ok()
+        };
+        let interrupt = listen(SignalKind::interrupt(), "Ctrl-C");
+        let terminate = listen(SignalKind::terminate(), "SIGTERM");
+        async move {
+            let wait = |signal: Option<Signal>| async move {
+                match signal {
+                    Some(mut signal) => {
+                        signal.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(interrupt) => tracing::info!("Ctrl-C: finishing the requests in flight"),
+                () = wait(terminate) => tracing::info!("SIGTERM: finishing the requests in flight"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    async {
         if let Err(error) = tokio::signal::ctrl_c().await {
             tracing::error!(%error, "cannot listen for Ctrl-C");
             std::future::pending::<()>().await;
         }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut sigterm) => {
-                sigterm.recv().await;
-            }
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("Ctrl-C: finishing the requests in flight"),
-        () = terminate => tracing::info!("SIGTERM: finishing the requests in flight"),
+        tracing::info!("Ctrl-C: finishing the requests in flight");
     }
 }
