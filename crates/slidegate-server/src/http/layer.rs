@@ -18,7 +18,8 @@ use tower::{Layer, Service};
 use super::error::json_errors;
 use crate::metrics::{InFlight, Protocol};
 
-/// See the [module docs](self).
+/// Counts each API request in flight and gives the framework's bare
+/// error responses the API's JSON error body.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ApiLayer;
 

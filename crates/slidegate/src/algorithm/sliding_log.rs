@@ -17,8 +17,8 @@
 //! time older than the newest entry is decided and recorded at the newest
 //! entry's time.
 //!
-//! The algorithm ([`check`], [`record`], [`is_idle`]) is written once,
-//! against [`LogEntries`]: where a log keeps its entries. [`SlidingLog`]
+//! The algorithm (`check`, `record`, `is_idle`) is written once,
+//! against `LogEntries`: where a log keeps its entries. [`SlidingLog`]
 //! keeps them in a buffer of its own; the memory store keeps the first
 //! ones inside its per-key slot and the rest in a compact ring.
 
