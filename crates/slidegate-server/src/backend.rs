@@ -192,6 +192,39 @@ impl Backend {
         }
     }
 
+    /// The store's kind and breakers, for the status page.
+    pub fn status(&self) -> crate::stats::StoreInfo {
+        use crate::stats::{BreakerState, StoreInfo};
+        match self {
+            Backend::Memory(memory) => StoreInfo {
+                kind: self.kind().to_owned(),
+                policy: Some(memory.when_full.to_string()),
+                breakers: Vec::new(),
+                deny_cache_entries: 0,
+            },
+            Backend::Redis(store) => {
+                let open_nodes = store.open_circuits();
+                // The whole store's breaker is open when the store is
+                // degraded with no node's open.
+                let mut breakers = vec![BreakerState {
+                    node: "store".to_owned(),
+                    open: store.is_degraded() && open_nodes.is_empty(),
+                }];
+                breakers.extend(
+                    open_nodes
+                        .into_iter()
+                        .map(|node| BreakerState { node, open: true }),
+                );
+                StoreInfo {
+                    kind: self.kind().to_owned(),
+                    policy: Some(store.policy().to_string()),
+                    breakers,
+                    deny_cache_entries: store.deny_cache_len(),
+                }
+            }
+        }
+    }
+
     /// The kind of store, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -70,6 +70,7 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
         match service::check(&config, &self.store, &request).await {
             Ok(response) => {
                 crate::metrics::check_decisions(&request.domain, &response);
+                crate::stats::global().record_check(&request, &response);
                 let mut answer = Response::new(to_proto(&response));
                 if response.degraded {
                     answer

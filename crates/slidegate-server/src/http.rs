@@ -9,6 +9,9 @@
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 when the store can decide, 503 otherwise |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /ui` | the status page (HTML; with `--admin-token`, only for a request carrying it, as Bearer or Basic password) |
+//! | `GET /v1/stats` | what the status page shows, as JSON ([`Snapshot`](crate::stats::Snapshot)); admin token as for `/ui` |
+//! | `GET /v1/config` | the rules in force as JSON: domains, their files, descriptors and limits, when loaded |
 //!
 //! Every error is `{"error":{"code":"...","message":"..."}}` with a stable
 //! code ([`ErrorCode`]): 400 for bad input, 404, 405, 408, 413, 415, and
@@ -53,6 +56,7 @@ mod error;
 pub mod headers;
 mod json;
 pub mod request;
+mod status;
 
 pub use body::JsonBody;
 pub use error::{ApiError, ErrorCode};
@@ -152,6 +156,10 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
+        .route("/ui", get(status::page::<S>))
+        .route("/ui/{asset}", get(status::asset))
+        .route("/v1/stats", get(status::stats::<S>))
+        .route("/v1/config", get(status::config::<S>))
         .fallback(not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(error::panic_response))
@@ -173,6 +181,7 @@ async fn acquire<S: Store>(
     let outcome =
         decision::acquire(&*state.store, &request.key, &request.rules, request.cost).await?;
     crate::metrics::acquire_decision(&outcome.decision);
+    crate::stats::global().record_acquire(&request.key, &outcome.decision);
     let status = if outcome.decision.allowed() {
         StatusCode::OK
     } else {
@@ -234,6 +243,7 @@ async fn check<S: Store>(
         Err(other) => return Err(ApiError::new(ErrorCode::InvalidRequest, other.to_string())),
     };
     crate::metrics::check_decisions(&request.domain, &response);
+    crate::stats::global().record_check(&request, &response);
     let status = match response.overall {
         Code::Ok => StatusCode::OK,
         Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
@@ -302,6 +312,6 @@ async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
 async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz and GET /metrics",
+        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
     )
 }

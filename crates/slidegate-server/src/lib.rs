@@ -11,6 +11,7 @@
 //! - [`decision`]: asking the store, and the JSON form of its answer.
 //! - [`keyspace`]: the store keys, one key space per kind of counter.
 //! - [`bounds`]: how much one request may ask.
+//! - [`stats`]: what the status page (`GET /ui`, `GET /v1/stats`) shows.
 //!
 //! The service only translates protocols: every limiter decision is made by
 //! the [`slidegate`] library's stores.
@@ -32,3 +33,4 @@ pub mod logging;
 pub mod metrics;
 pub mod serve;
 pub mod service;
+pub mod stats;
