@@ -18,9 +18,9 @@
 //! The statistics are per process (one server per process): they live in a
 //! static ([`global`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
@@ -240,6 +240,8 @@ pub struct Stats {
     health: Mutex<StoreHealth>,
     refused: Mutex<Option<RefusedReload>>,
     probe: OnceLock<StoreProbe>,
+    /// The rules of every running sampler.
+    configs: Mutex<Vec<Weak<ArcSwap<RateLimitConfig>>>>,
 }
 
 static GLOBAL: Stats = Stats::new();
@@ -272,9 +274,12 @@ impl Stats {
             top: Mutex::new(TopKeys::new(TOP_K)),
             history: Mutex::new(History {
                 series: Vec::new(),
+                last: BTreeMap::new(),
+                held: Vec::new(),
                 ticks: 0,
                 last_ms: 0,
             }),
+            configs: Mutex::new(Vec::new()),
             health: Mutex::new(StoreHealth {
                 ready: false,
                 error: None,
@@ -330,25 +335,60 @@ impl Stats {
     /// Takes one point of every series of `config`: the decisions since the
     /// last point.
     pub fn sample(&self, config: &RateLimitConfig) {
-        let mut current: Vec<(String, String, usize, [u64; 3])> = vec![
-            (
-                String::new(),
-                crate::metrics::ADHOC_RULE.to_owned(),
-                0,
-                self.acquire.load(),
-            ),
-            (String::new(), "other".to_owned(), 1, self.other.load()),
+        self.sample_all(&[config]);
+    }
+
+    /// Takes one point of every series of the configs of every running
+    /// sampler (one per server; tests run several in one process), unless
+    /// one was taken less than a sampling interval ago.
+    fn tick(&self) {
+        let configs: Vec<Arc<RateLimitConfig>> = {
+            let mut registered = lock(&self.configs);
+            registered.retain(|c| c.strong_count() > 0);
+            registered
+                .iter()
+                .filter_map(Weak::upgrade)
+                .map(|c| c.load_full())
+                .collect()
+        };
+        let now = millis_since_epoch(SystemTime::now());
+        let since = now.saturating_sub(lock(&self.history).last_ms);
+        if u128::from(since) * 10 < SAMPLE_EVERY.as_millis() * 9 {
+            return;
+        }
+        let configs: Vec<&RateLimitConfig> = configs.iter().map(|c| &**c).collect();
+        self.sample_all(&configs);
+    }
+
+    fn sample_all(&self, configs: &[&RateLimitConfig]) {
+        let mut current = vec![
+            Source {
+                domain: String::new(),
+                rule: crate::metrics::ADHOC_RULE.to_owned(),
+                id: 0,
+                counts: self.acquire.load(),
+            },
+            Source {
+                domain: String::new(),
+                rule: "other".to_owned(),
+                id: 1,
+                counts: self.other.load(),
+            },
         ];
-        for (domain, limit) in config.limits() {
-            current.push((
-                domain.to_owned(),
-                limit.full_key.clone(),
-                Arc::as_ptr(limit) as usize,
-                limit.stats.load(),
-            ));
+        let mut held = Vec::new();
+        for config in configs {
+            for (domain, limit) in config.limits() {
+                current.push(Source {
+                    domain: domain.to_owned(),
+                    rule: limit.full_key.clone(),
+                    id: Arc::as_ptr(limit) as usize,
+                    counts: limit.stats.load(),
+                });
+                held.push(Arc::clone(limit));
+            }
         }
         let mut history = lock(&self.history);
-        history.push(current, millis_since_epoch(SystemTime::now()));
+        history.push(current, held, millis_since_epoch(SystemTime::now()));
         let decay = (DECAY_EVERY.as_secs() / SAMPLE_EVERY.as_secs().max(1)).max(1);
         if history.ticks.is_multiple_of(decay) {
             drop(history);
@@ -414,54 +454,78 @@ impl Stats {
 /// The per-second points of every series.
 struct History {
     series: Vec<Series>,
+    /// The counts of each source at the last point, by its id.
+    last: BTreeMap<usize, [u64; 3]>,
+    /// The limits counted at the last point, kept alive so that no new
+    /// limit takes the address (the id) of one gone.
+    held: Vec<Arc<crate::config::Limit>>,
     ticks: u64,
     last_ms: u64,
+}
+
+/// One set of counters at a point: a configured limit's, or the ad-hoc or
+/// other decisions'.
+struct Source {
+    domain: String,
+    rule: String,
+    /// The counters' address: a reloaded limit has new counters, from zero.
+    id: usize,
+    counts: [u64; 3],
 }
 
 struct Series {
     domain: String,
     rule: String,
-    /// Which counters the points are taken from: a reloaded limit has new
-    /// ones, counting from zero.
-    source: usize,
-    last: [u64; 3],
     since_start: [u64; 3],
     points: VecDeque<[u64; 3]>,
 }
 
 impl History {
-    fn push(&mut self, current: Vec<(String, String, usize, [u64; 3])>, now_ms: u64) {
+    /// Adds a point to every series: what its sources counted since the
+    /// last point. Sources with the same domain and rule (several servers
+    /// in one process) add up; series with no source left are dropped.
+    fn push(&mut self, current: Vec<Source>, held: Vec<Arc<crate::config::Limit>>, now_ms: u64) {
         let mut old: HashMap<(String, String), Series> = self
             .series
             .drain(..)
             .map(|s| ((s.domain.clone(), s.rule.clone()), s))
             .collect();
-        for (domain, rule, source, counts) in current {
-            let mut series = old
-                .remove(&(domain.clone(), rule.clone()))
-                .unwrap_or(Series {
-                    domain,
-                    rule,
-                    source,
-                    last: counts,
-                    since_start: [0; 3],
-                    points: VecDeque::with_capacity(HISTORY_POINTS),
-                });
-            if series.source != source {
-                series.source = source;
-                series.last = [0; 3];
+        let mut last = BTreeMap::new();
+        let mut index: HashMap<(String, String), usize> = HashMap::new();
+        for source in current {
+            let before = self.last.get(&source.id).copied().unwrap_or([0; 3]);
+            let delta: [u64; 3] =
+                std::array::from_fn(|i| source.counts[i].saturating_sub(before[i]));
+            last.insert(source.id, source.counts);
+            let key = (source.domain, source.rule);
+            let at = match index.get(&key) {
+                Some(&at) => at,
+                None => {
+                    let mut series = old.remove(&key).unwrap_or_else(|| Series {
+                        domain: key.0.clone(),
+                        rule: key.1.clone(),
+                        since_start: [0; 3],
+                        points: VecDeque::with_capacity(HISTORY_POINTS),
+                    });
+                    if series.points.len() == HISTORY_POINTS {
+                        series.points.pop_front();
+                    }
+                    series.points.push_back([0; 3]);
+                    self.series.push(series);
+                    index.insert(key, self.series.len() - 1);
+                    self.series.len() - 1
+                }
+            };
+            let series = &mut self.series[at];
+            if let Some(point) = series.points.back_mut() {
+                for i in 0..3 {
+                    point[i] += delta[i];
+                    series.since_start[i] += delta[i];
+                }
             }
-            let delta: [u64; 3] = std::array::from_fn(|i| counts[i].saturating_sub(series.last[i]));
-            for (total, d) in series.since_start.iter_mut().zip(delta) {
-                *total += d;
-            }
-            series.last = counts;
-            if series.points.len() == HISTORY_POINTS {
-                series.points.pop_front();
-            }
-            series.points.push_back(delta);
-            self.series.push(series);
         }
+        self.last = last;
+        self.held = held;
         self.ticks += 1;
         self.last_ms = now_ms;
     }
@@ -576,12 +640,14 @@ pub fn spawn_sampler<S: Store + 'static>(
     config: Arc<ArcSwap<RateLimitConfig>>,
     store: S,
 ) -> Sampler {
+    lock(&stats.configs).push(Arc::downgrade(&config));
     let task = tokio::spawn(async move {
+        let _config = config;
         let mut ticks = tokio::time::interval(SAMPLE_EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            stats.sample(&config.load());
+            stats.tick();
             let ready = match tokio::time::timeout(READY_TIMEOUT, store.ready()).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(error)) => Err(error.to_string()),

@@ -34,9 +34,9 @@ descriptors:
 /// The key the load sends far over its limit.
 const HOT_IP: &str = "203.0.113.7";
 
-fn check_body(ip: &str) -> String {
+fn check_body(domain: &str, ip: &str) -> String {
     format!(
-        r#"{{"domain":"demo","descriptors":[{{"entries":[{{"key":"remote_address","value":"{ip}"}}]}}]}}"#
+        r#"{{"domain":"{domain}","descriptors":[{{"entries":[{{"key":"remote_address","value":"{ip}"}}]}}]}}"#
     )
 }
 
@@ -224,14 +224,16 @@ async fn a_refused_reload_is_shown_in_stats_with_its_error() {
 
 #[tokio::test]
 async fn stats_count_check_decisions_per_configured_limit_each_second() {
-    let (_dir, file) = temp_rules("demo.yaml", RULES);
+    // A domain of its own: the statistics are per process.
+    let rules = "domain: counted\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+    let (_dir, file) = temp_rules("counted.yaml", rules);
     let live = LiveConfig::load(vec![file], LoadOptions::default()).unwrap();
     let config: Arc<ArcSwap<_>> = live.current();
     let state = AppState::new(MemoryStore::new()).with_config(config);
     let server = TestServer::full(state).await;
     for _ in 0..8 {
         server
-            .post_json("/v1/check", &check_body("198.51.100.1"))
+            .post_json("/v1/check", &check_body("counted", "198.51.100.1"))
             .await;
     }
     // The sampler takes a point each second.
@@ -242,12 +244,12 @@ async fn stats_count_check_decisions_per_configured_limit_each_second() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|s| s["rule"] == "demo.remote_address")
+            .find(|s| s["rule"] == "counted.remote_address")
             .cloned()
             .unwrap_or_default();
         if series["total"]["denied"] == 3 {
             assert_eq!(series["total"]["allowed"], 5);
-            assert_eq!(series["domain"], "demo");
+            assert_eq!(series["domain"], "counted");
             let denied: u64 = series["denied"]
                 .as_array()
                 .unwrap()
@@ -391,7 +393,7 @@ fn the_status_page_shows_live_numbers_in_a_real_browser() {
                 } else {
                     format!("198.51.100.{}", i % 200)
                 };
-                let body = check_body(&ip).into_bytes();
+                let body = check_body("demo", &ip).into_bytes();
                 request_to(
                     addr,
                     Method::POST,
