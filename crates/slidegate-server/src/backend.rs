@@ -175,6 +175,7 @@ impl Backend {
                     None => builder,
                 };
                 let redis = builder.build_lazy().map_err(ConnectError::Redis)?;
+                crate::tracing_otlp::set_store_node(redis_nodes(url));
                 let kind = if redis.is_cluster() {
                     "redis_cluster"
                 } else {
@@ -235,6 +236,15 @@ impl Backend {
     }
 }
 
+/// The `host:port` list of a Redis URL, without user, password, database
+/// or query: what the store call spans name as `node`.
+fn redis_nodes(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..end].to_owned()
+}
+
 fn min_limit(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::limit).min().unwrap_or(0)
 }
@@ -242,23 +252,35 @@ fn min_limit(rules: &[Rule]) -> u64 {
 impl Store for Backend {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {
         match self {
-            Backend::Memory(m) => match Store::acquire(&m.store, key, rules, cost).await {
-                Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
-                other => other,
-            },
-            Backend::Redis(store) => store.acquire(key, rules, cost).await,
+            Backend::Memory(m) => {
+                let call = Store::acquire(&m.store, key, rules, cost);
+                match crate::tracing_otlp::store_call("memory", "acquire", call).await {
+                    Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
+                    other => other,
+                }
+            }
+            Backend::Redis(store) => {
+                let call = store.acquire(key, rules, cost);
+                crate::tracing_otlp::store_call(self.kind(), "acquire", call).await
+            }
         }
     }
 
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
         match self {
-            Backend::Memory(m) => match Store::acquire_batch(&m.store, hits).await {
-                Err(Error::StoreFull { .. }) => {
-                    Ok(hits.iter().map(|h| m.when_full(h.rule.limit())).collect())
+            Backend::Memory(m) => {
+                let call = Store::acquire_batch(&m.store, hits);
+                match crate::tracing_otlp::store_call("memory", "acquire_batch", call).await {
+                    Err(Error::StoreFull { .. }) => {
+                        Ok(hits.iter().map(|h| m.when_full(h.rule.limit())).collect())
+                    }
+                    other => other,
                 }
-                other => other,
-            },
-            Backend::Redis(store) => store.acquire_batch(hits).await,
+            }
+            Backend::Redis(store) => {
+                let call = store.acquire_batch(hits);
+                crate::tracing_otlp::store_call(self.kind(), "acquire_batch", call).await
+            }
         }
     }
 

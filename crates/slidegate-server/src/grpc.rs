@@ -28,7 +28,7 @@ use crate::listen::{
     GrpcLimits, Protocol as ListenerProtocol, TrackRequests,
 };
 use crate::metrics::Protocol;
-use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
+use crate::service::{CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
 
 /// The gRPC service: the current config, a store, and the bounds on requests.
 pub struct RateLimitGrpc<S> {
@@ -65,9 +65,15 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let _in_flight = crate::metrics::InFlight::start(Protocol::Grpc);
+        let span = crate::tracing_otlp::grpc_span(request.metadata());
         let request = from_proto(request.into_inner(), &self.bounds)?;
         let config = self.config.load_full();
-        match service::check(&config, &self.store, &request).await {
+        let checked = crate::tracing_otlp::check(&config, &self.store, &request);
+        let checked = match span {
+            Some(span) => tracing::Instrument::instrument(checked, span).await,
+            None => checked.await,
+        };
+        match checked {
             Ok(response) => {
                 crate::metrics::check_decisions(&request.domain, &response);
                 crate::stats::global().record_check(&request, &response);

@@ -48,7 +48,7 @@ use crate::check_json::{RateLimitRequestJson, RateLimitResponseJson};
 use crate::config::RateLimitConfig;
 use crate::decision::{self, DecisionBody, Outcome};
 use crate::metrics::Protocol;
-use crate::service::{self, CheckError, Code};
+use crate::service::{CheckError, Code};
 
 mod admin;
 mod body;
@@ -169,6 +169,9 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         ))
         .layer(map_response(error::json_errors))
         .layer(axum::middleware::from_fn(count_in_flight))
+        .layer(axum::middleware::from_fn(
+            crate::tracing_otlp::trace_context,
+        ))
         .layer(TraceLayer::new_for_http())
 }
 
@@ -179,7 +182,8 @@ async fn acquire<S: Store>(
 ) -> Result<Response, ApiError> {
     let request = request::parse_acquire(&body, &state.bounds)?;
     let outcome =
-        decision::acquire(&*state.store, &request.key, &request.rules, request.cost).await?;
+        crate::tracing_otlp::acquire(&*state.store, &request.key, &request.rules, request.cost)
+            .await?;
     crate::metrics::acquire_decision(&outcome.decision);
     crate::stats::global().record_acquire(&request.key, &outcome.decision);
     let status = if outcome.decision.allowed() {
@@ -237,7 +241,7 @@ async fn check<S: Store>(
         .into_request(&state.bounds)
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.0))?;
     let config = state.config.load_full();
-    let response = match service::check(&config, &*state.store, &request).await {
+    let response = match crate::tracing_otlp::check(&config, &*state.store, &request).await {
         Ok(response) => response,
         Err(CheckError::Store(error)) => return Err(error.into()),
         Err(other) => return Err(ApiError::new(ErrorCode::InvalidRequest, other.to_string())),

@@ -11,6 +11,7 @@
 //! - [`decision`]: asking the store, and the JSON form of its answer.
 //! - [`keyspace`]: the store keys, one key space per kind of counter.
 //! - [`bounds`]: how much one request may ask.
+//! - [`tracing_otlp`]: OpenTelemetry spans over OTLP (`--otlp-endpoint`).
 //! - [`stats`]: what the status page (`GET /ui`, `GET /v1/stats`) shows.
 //!
 //! The service only translates protocols: every limiter decision is made by
@@ -34,3 +35,4 @@ pub mod metrics;
 pub mod serve;
 pub mod service;
 pub mod stats;
+pub mod tracing_otlp;
