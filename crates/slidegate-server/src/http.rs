@@ -148,7 +148,7 @@ impl<S> Clone for AppState<S> {
 
 /// The whole API, ready for [`axum::serve()`].
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/acquire", post(acquire::<S>))
         .route("/v1/check", post(check::<S>))
         .route("/json", post(check::<S>))
@@ -168,11 +168,16 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
             REQUEST_TIMEOUT,
         ))
         .layer(map_response(error::json_errors))
-        .layer(axum::middleware::from_fn(count_in_flight))
-        .layer(axum::middleware::from_fn(
+        .layer(axum::middleware::from_fn(count_in_flight));
+    // Only with tracing on: a layer costs every request even when idle.
+    let router = if crate::tracing_otlp::enabled() {
+        router.layer(axum::middleware::from_fn(
             crate::tracing_otlp::trace_context,
         ))
-        .layer(TraceLayer::new_for_http())
+    } else {
+        router
+    };
+    router.layer(TraceLayer::new_for_http())
 }
 
 /// `POST /v1/acquire`.

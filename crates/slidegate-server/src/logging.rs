@@ -37,6 +37,20 @@ pub fn init_with(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Resu
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     );
+    let Some(endpoint) = otlp_endpoint else {
+        // Without tracing, one global filter: callsites it disables (the
+        // DEBUG spans of every request) cost nothing, as before tracing.
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(colour)
+            .with_writer(std::io::stderr);
+        let installed = match format {
+            LogFormat::Text => builder.try_init(),
+            LogFormat::Json => builder.json().try_init(),
+        };
+        installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))?;
+        return Ok(None);
+    };
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(std::io::stderr);
@@ -44,19 +58,13 @@ pub fn init_with(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Resu
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().boxed(),
     };
-    let (otlp, otel) = match otlp_endpoint {
-        Some(endpoint) => {
-            let (otlp, layer) = crate::tracing_otlp::start(endpoint)?;
-            (Some(otlp), Some(layer))
-        }
-        None => (None, None),
-    };
+    let (otlp, otel) = crate::tracing_otlp::start(endpoint)?;
     tracing_subscriber::registry()
         .with(fmt.with_filter(filter))
         .with(otel)
         .try_init()
         .map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))?;
-    Ok(otlp)
+    Ok(Some(otlp))
 }
 
 /// True when log lines may carry colour: stderr is a terminal and
