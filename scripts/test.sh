@@ -33,6 +33,19 @@ if ! command -v systemd-analyze >/dev/null 2>&1; then
   fi
 fi
 
+# The status page is tested in headless Chromium (tests/ui.rs); under
+# CI=true a missing browser fails that test.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing chromium (Debian package) for the status page test"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "note: chromium is missing and this is not root with apt-get:" \
+      "the status page browser test will be skipped (and fail under CI=true)"
+  fi
+fi
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 

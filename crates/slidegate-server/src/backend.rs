@@ -180,6 +180,7 @@ impl Backend {
                     None => builder,
                 };
                 let redis = builder.build_lazy().map_err(ConnectError::Redis)?;
+                crate::tracing_otlp::set_store_node(redis_nodes(url));
                 let kind = if redis.is_cluster() {
                     "redis_cluster"
                 } else {
@@ -197,6 +198,39 @@ impl Backend {
         }
     }
 
+    /// The store's kind and breakers, for the status page.
+    pub fn status(&self) -> crate::stats::StoreInfo {
+        use crate::stats::{BreakerState, StoreInfo};
+        match self {
+            Backend::Memory(memory) => StoreInfo {
+                kind: self.kind().to_owned(),
+                policy: Some(memory.when_full.to_string()),
+                breakers: Vec::new(),
+                deny_cache_entries: 0,
+            },
+            Backend::Redis(store) => {
+                let open_nodes = store.open_circuits();
+                // The whole store's breaker is open when the store is
+                // degraded with no node's open.
+                let mut breakers = vec![BreakerState {
+                    node: "store".to_owned(),
+                    open: store.is_degraded() && open_nodes.is_empty(),
+                }];
+                breakers.extend(
+                    open_nodes
+                        .into_iter()
+                        .map(|node| BreakerState { node, open: true }),
+                );
+                StoreInfo {
+                    kind: self.kind().to_owned(),
+                    policy: Some(store.policy().to_string()),
+                    breakers,
+                    deny_cache_entries: store.deny_cache_len(),
+                }
+            }
+        }
+    }
+
     /// The kind of store, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -207,6 +241,15 @@ impl Backend {
     }
 }
 
+/// The `host:port` list of a Redis URL, without user, password, database
+/// or query: what the store call spans name as `node`.
+fn redis_nodes(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..end].to_owned()
+}
+
 fn min_limit(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::limit).min().unwrap_or(0)
 }
@@ -214,11 +257,17 @@ fn min_limit(rules: &[Rule]) -> u64 {
 impl Store for Backend {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {
         match self {
-            Backend::Memory(m) => match Store::acquire(&m.store, key, rules, cost).await {
-                Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
-                other => other,
-            },
-            Backend::Redis(store) => store.acquire(key, rules, cost).await,
+            Backend::Memory(m) => {
+                let call = Store::acquire(&m.store, key, rules, cost);
+                match crate::tracing_otlp::store_call("memory", "acquire", call).await {
+                    Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
+                    other => other,
+                }
+            }
+            Backend::Redis(store) => {
+                let call = store.acquire(key, rules, cost);
+                crate::tracing_otlp::store_call(self.kind(), "acquire", call).await
+            }
         }
     }
 
@@ -241,13 +290,19 @@ impl Store for Backend {
 
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
         match self {
-            Backend::Memory(m) => match Store::acquire_batch(&m.store, hits).await {
-                Err(Error::StoreFull { .. }) => {
-                    Ok(hits.iter().map(|h| m.when_full(h.rule.limit())).collect())
+            Backend::Memory(m) => {
+                let call = Store::acquire_batch(&m.store, hits);
+                match crate::tracing_otlp::store_call("memory", "acquire_batch", call).await {
+                    Err(Error::StoreFull { .. }) => {
+                        Ok(hits.iter().map(|h| m.when_full(h.rule.limit())).collect())
+                    }
+                    other => other,
                 }
-                other => other,
-            },
-            Backend::Redis(store) => store.acquire_batch(hits).await,
+            }
+            Backend::Redis(store) => {
+                let call = store.acquire_batch(hits);
+                crate::tracing_otlp::store_call(self.kind(), "acquire_batch", call).await
+            }
         }
     }
 

@@ -99,6 +99,12 @@ pub struct ValidateConfigArgs {
 /// Flags of `slidegate serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
+    /// Export spans over OTLP/gRPC to this collector (e.g.
+    /// `http://127.0.0.1:4317`): a span per decision and per store call,
+    /// continuing the caller's trace (`traceparent`). Off when unset.
+    #[arg(long, value_name = "URL", env = "SLIDEGATE_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
+
     /// Address (host:port) the HTTP API listens on. Use 0.0.0.0:8080 to
     /// accept connections from other machines; port 0 picks a free port.
     #[arg(

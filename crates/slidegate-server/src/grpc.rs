@@ -30,7 +30,7 @@ use crate::listen::{
 };
 use crate::metrics::Protocol;
 use crate::response_headers::{self, ResponseHeaders};
-use crate::service::{self, CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
+use crate::service::{CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
 
 /// The gRPC service: the current config, a store, the bounds on requests
 /// and the header fields its answers carry.
@@ -77,13 +77,20 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let _in_flight = crate::metrics::InFlight::start(Protocol::Grpc);
+        let span = crate::tracing_otlp::grpc_span(request.metadata());
         let request = from_proto(request.into_inner(), &self.bounds)?;
         // A guard, not a clone of the Arc: no write to the config's shared
         // count per call.
         let config = self.config.load();
-        match service::check(&config, &self.store, &request).await {
+        let checked = crate::tracing_otlp::check(&config, &self.store, &request);
+        let checked = match span {
+            Some(span) => tracing::Instrument::instrument(checked, span).await,
+            None => checked.await,
+        };
+        match checked {
             Ok(response) => {
                 crate::metrics::check_decisions(&request.domain, &response);
+                crate::stats::global().record_check(&request, &response);
                 let mut proto = to_proto(&response);
                 proto.response_headers_to_add =
                     response_headers::fields(self.response_headers, &request.domain, &response)

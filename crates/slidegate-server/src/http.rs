@@ -9,6 +9,9 @@
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 when the store can decide, 503 otherwise |
 //! | `GET /metrics` | Prometheus text |
+//! | `GET /ui` | the status page (HTML; with `--admin-token`, only for a request carrying it, as Bearer or Basic password) |
+//! | `GET /v1/stats` | what the status page shows, as JSON ([`Snapshot`](crate::stats::Snapshot)); admin token as for `/ui` |
+//! | `GET /v1/config` | the rules in force as JSON: domains, their files, descriptors and limits, when loaded |
 //!
 //! Every error is `{"error":{"code":"...","message":"..."}}` with a stable
 //! code ([`ErrorCode`]): 400 for bad input, 404, 405, 408, 413, 415, and
@@ -44,7 +47,7 @@ use crate::check_json::{RateLimitRequestJson, RateLimitResponseJson};
 use crate::config::RateLimitConfig;
 use crate::decision::{self, DecisionBody, Outcome};
 use crate::response_headers::{self, ResponseHeaders};
-use crate::service::{self, CheckError, Code};
+use crate::service::{CheckError, Code};
 
 mod admin;
 mod body;
@@ -53,6 +56,7 @@ pub mod headers;
 mod json;
 mod layer;
 pub mod request;
+mod status;
 
 pub use body::JsonBody;
 pub use error::{ApiError, ErrorCode};
@@ -160,7 +164,7 @@ impl<S> Clone for AppState<S> {
 
 /// The whole API, ready for [`axum::serve()`].
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/acquire", post(acquire::<S>))
         .route("/v1/check", post(check::<S>))
         .route("/json", post(check::<S>))
@@ -168,6 +172,10 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz::<S>))
         .route("/metrics", get(metrics_text::<S>))
+        .route("/ui", get(status::page::<S>))
+        .route("/ui/{asset}", get(status::asset))
+        .route("/v1/stats", get(status::stats::<S>))
+        .route("/v1/config", get(status::config::<S>))
         .fallback(not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(error::panic_response))
@@ -175,8 +183,16 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
-        .layer(ApiLayer)
-        .layer(TraceLayer::new_for_http())
+        .layer(ApiLayer);
+    // Only with tracing on: a layer costs every request even when idle.
+    let router = if crate::tracing_otlp::enabled() {
+        router.layer(axum::middleware::from_fn(
+            crate::tracing_otlp::trace_context,
+        ))
+    } else {
+        router
+    };
+    router.layer(TraceLayer::new_for_http())
 }
 
 /// `POST /v1/acquire`.
@@ -186,8 +202,10 @@ async fn acquire<S: Store>(
 ) -> Result<Response, ApiError> {
     let request = request::parse_acquire(&body, &state.bounds)?;
     let outcome =
-        decision::acquire(&*state.store, &request.key, &request.rules, request.cost).await?;
+        crate::tracing_otlp::acquire(&*state.store, &request.key, &request.rules, request.cost)
+            .await?;
     crate::metrics::acquire_decision(&outcome.decision);
+    crate::stats::global().record_acquire(&request.key, &outcome.decision);
     let status = if outcome.decision.allowed() {
         StatusCode::OK
     } else {
@@ -243,12 +261,13 @@ async fn check<S: Store>(
         .into_request(&state.bounds)
         .map_err(|e| ApiError::new(ErrorCode::InvalidRequest, e.0))?;
     let config = state.config.load_full();
-    let response = match service::check(&config, &*state.store, &request).await {
+    let response = match crate::tracing_otlp::check(&config, &*state.store, &request).await {
         Ok(response) => response,
         Err(CheckError::Store(error)) => return Err(error.into()),
         Err(other) => return Err(ApiError::new(ErrorCode::InvalidRequest, other.to_string())),
     };
     crate::metrics::check_decisions(&request.domain, &response);
+    crate::stats::global().record_check(&request, &response);
     let status = match response.overall {
         Code::Ok => StatusCode::OK,
         Code::OverLimit => StatusCode::TOO_MANY_REQUESTS,
@@ -327,6 +346,6 @@ async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
 async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz and GET /metrics",
+        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
     )
 }

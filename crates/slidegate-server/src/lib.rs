@@ -12,6 +12,8 @@
 //! - [`keyspace`]: the store keys, one key space per kind of counter.
 //! - [`bounds`]: how much one request may ask.
 //! - [`response_headers`]: the rate limit header fields of check answers.
+//! - [`tracing_otlp`]: OpenTelemetry spans over OTLP (`--otlp-endpoint`).
+//! - [`stats`]: what the status page (`GET /ui`, `GET /v1/stats`) shows.
 //!
 //! The service only translates protocols: every limiter decision is made by
 //! the [`slidegate`] library's stores.
@@ -34,3 +36,5 @@ pub mod metrics;
 pub mod response_headers;
 pub mod serve;
 pub mod service;
+pub mod stats;
+pub mod tracing_otlp;

@@ -7,7 +7,11 @@
 use std::ffi::OsStr;
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
+
+use crate::tracing_otlp::Otlp;
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -21,20 +25,46 @@ pub enum LogFormat {
 /// Installs the global subscriber: stderr (stdout stays clean for command
 /// output such as `slidegate check`), level from `RUST_LOG`, `info` when unset.
 pub fn init(format: LogFormat) -> anyhow::Result<()> {
+    init_with(format, None).map(drop)
+}
+
+/// [`init`], and with `otlp_endpoint`, spans exported over OTLP (see
+/// [`tracing_otlp`](crate::tracing_otlp)); must then run inside a tokio
+/// runtime. The returned exporter flushes on [`Otlp::shutdown`].
+pub fn init_with(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Option<Otlp>> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let colour = colour_wanted(
         std::io::stderr().is_terminal(),
         std::env::var_os("NO_COLOR").as_deref(),
     );
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let Some(endpoint) = otlp_endpoint else {
+        // Without tracing, one global filter: callsites it disables (the
+        // DEBUG spans of every request) cost nothing, as before tracing.
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(colour)
+            .with_writer(std::io::stderr);
+        let installed = match format {
+            LogFormat::Text => builder.try_init(),
+            LogFormat::Json => builder.json().try_init(),
+        };
+        installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))?;
+        return Ok(None);
+    };
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(colour)
         .with_writer(std::io::stderr);
-    let installed = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt.json().boxed(),
     };
-    installed.map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))
+    let (otlp, otel) = crate::tracing_otlp::start(endpoint)?;
+    tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("cannot install the logger: {e}"))?;
+    Ok(Some(otlp))
 }
 
 /// True when log lines may carry colour: stderr is a terminal and

@@ -16,11 +16,37 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(error) = logging::init(cli.log_format) {
-        eprintln!("error: {error:#}");
-        return ExitCode::FAILURE;
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let otlp_endpoint = match &cli.command {
+        Command::Serve(args) => args.otlp_endpoint.clone(),
+        _ => None,
+    };
+    // The OTLP exporter is made inside the runtime its gRPC client uses.
+    let otlp = {
+        let _runtime = runtime.enter();
+        match logging::init_with(cli.log_format, otlp_endpoint.as_deref()) {
+            Ok(otlp) => otlp,
+            Err(error) => {
+                eprintln!("error: {error:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    };
+    let result = run(&runtime, cli);
+    // Sends the spans still buffered while the runtime still runs.
+    if let Some(otlp) = otlp {
+        otlp.shutdown();
     }
-    match run(cli) {
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
@@ -29,10 +55,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+fn run(runtime: &tokio::runtime::Runtime, cli: Cli) -> anyhow::Result<()> {
     runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,

@@ -164,6 +164,7 @@ mod tests {
             detailed_metric: false,
             full_key: full_key.to_owned(),
             counters: Default::default(),
+            stats: Default::default(),
         }))
     }
 

@@ -53,6 +53,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => None,
     };
     let admin_token = args.admin_token()?;
+    let probe = backend.clone();
+    crate::stats::global().set_store_probe(move || probe.status());
     let mut state = AppState::new(backend.clone())
         .with_admin_token(admin_token)
         .with_bounds((&args.bounds).into())
@@ -153,6 +155,8 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
     });
     let store = (**state.store()).clone();
     let config = Arc::clone(state.config());
+    let _sampler =
+        crate::stats::spawn_sampler(crate::stats::global(), Arc::clone(&config), store.clone());
     let bounds = *state.bounds();
     let response_headers = state.response_headers();
     let grace = limits.shutdown_grace;

@@ -105,6 +105,79 @@ impl Level {
     }
 }
 
+impl Level {
+    /// Calls `f` with every limit of this level and below, in file order.
+    pub(crate) fn for_each_limit<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Limit>)) {
+        for node in &self.nodes {
+            if let Some(limit) = &node.limit {
+                f(limit);
+            }
+            node.children.for_each_limit(f);
+        }
+    }
+
+    /// The descriptors of this level and below as JSON, in file order.
+    pub(crate) fn to_json(&self) -> serde_json::Value {
+        self.nodes
+            .iter()
+            .map(|node| {
+                let mut json = serde_json::json!({ "key": node.key });
+                if let Some(value) = &node.value {
+                    json["value"] = value.as_str().into();
+                }
+                if let Some(limit) = &node.limit {
+                    json["rate_limit"] = limit_json(limit);
+                }
+                if node.share_threshold {
+                    json["share_threshold"] = true.into();
+                }
+                if node.value_to_metric {
+                    json["value_to_metric"] = true.into();
+                }
+                if !node.children.nodes.is_empty() {
+                    json["descriptors"] = node.children.to_json();
+                }
+                json
+            })
+            .collect()
+    }
+}
+
+fn limit_json(limit: &Limit) -> serde_json::Value {
+    use super::{Enforcement, Unit};
+    let mut json = serde_json::json!({
+        "requests_per_unit": limit.requests_per_unit,
+        "stats_key": limit.full_key,
+    });
+    match limit.unit {
+        Unit::Window(window) => {
+            json["window_ms"] = u64::try_from(window.as_millis()).unwrap_or(u64::MAX).into();
+        }
+        unit => json["unit"] = format!("{unit:?}").to_ascii_uppercase().into(),
+    }
+    match limit.enforcement {
+        Enforcement::Unlimited => json["unlimited"] = true.into(),
+        Enforcement::Blocked => json["blocked"] = true.into(),
+        Enforcement::Rule(rule) => json["algorithm"] = rule.algorithm().to_string().into(),
+    }
+    if let Some(name) = &limit.name {
+        json["name"] = name.as_str().into();
+    }
+    if !limit.replaces.is_empty() {
+        json["replaces"] = limit.replaces.clone().into();
+    }
+    for (flag, on) in [
+        ("shadow_mode", limit.shadow_mode),
+        ("quota_mode", limit.quota_mode),
+        ("detailed_metric", limit.detailed_metric),
+    ] {
+        if on {
+            json[flag] = true.into();
+        }
+    }
+    json
+}
+
 /// A request descriptor's limit and the names it is counted and reported under.
 #[derive(Debug, Clone)]
 pub struct Matched<'a> {

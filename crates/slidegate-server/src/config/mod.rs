@@ -16,7 +16,7 @@ use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use slidegate::{Rate, Rule};
 
@@ -157,12 +157,18 @@ pub struct Limit {
     pub full_key: String,
     /// Its decision counters, made on first use.
     pub counters: crate::metrics::LimitCounters,
+    /// Its decisions for the status page.
+    pub stats: crate::stats::Counts,
 }
 
 /// Every domain's rules, ready to match requests against.
 #[derive(Debug, Default)]
 pub struct RateLimitConfig {
     domains: HashMap<String, Level>,
+    /// The files each domain comes from, in load order.
+    files: HashMap<String, Vec<String>>,
+    /// When the rules were loaded (`None` for no rules at all).
+    loaded_at: Option<SystemTime>,
 }
 
 /// How to load several files.
@@ -186,7 +192,10 @@ impl RateLimitConfig {
         sources: &[(String, String)],
         options: LoadOptions,
     ) -> Result<RateLimitConfig, ConfigError> {
-        let mut config = RateLimitConfig::default();
+        let mut config = RateLimitConfig {
+            loaded_at: Some(SystemTime::now()),
+            ..RateLimitConfig::default()
+        };
         for (name, text) in sources {
             let file = yaml::parse_file(name, text)?;
             config.add_file(name, file, options)?;
@@ -215,6 +224,10 @@ impl RateLimitConfig {
                 yaml::quoted(&file.domain, yaml::PATH_CHARS)
             )));
         }
+        self.files
+            .entry(file.domain.clone())
+            .or_default()
+            .push(name.to_owned());
         let level = self.domains.entry(file.domain.clone()).or_default();
         add_descriptors(name, level, &format!("{}.", file.domain), &file.descriptors)
     }
@@ -239,6 +252,68 @@ impl RateLimitConfig {
     /// True when `domain` is configured.
     pub fn has_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)
+    }
+
+    /// Every configured limit with its domain, domains sorted, limits in
+    /// file order.
+    pub fn limits(&self) -> Vec<(&str, &Arc<Limit>)> {
+        let mut limits = Vec::new();
+        for (domain, level) in self.sorted_domains() {
+            level.for_each_limit(&mut |limit| limits.push((domain, limit)));
+        }
+        limits
+    }
+
+    /// When the rules were loaded; `None` for the empty default.
+    pub fn loaded_at(&self) -> Option<SystemTime> {
+        self.loaded_at
+    }
+
+    /// The files the rules come from, in load order, each once.
+    pub fn files(&self) -> Vec<String> {
+        let mut files: Vec<String> = Vec::new();
+        for (_, level_files) in self.sorted_files() {
+            for file in level_files {
+                if !files.contains(file) {
+                    files.push(file.clone());
+                }
+            }
+        }
+        files
+    }
+
+    /// The rules in force as JSON, for `GET /v1/config`: every domain with
+    /// its files and its descriptor tree.
+    pub fn to_json(&self) -> serde_json::Value {
+        let domains: Vec<serde_json::Value> = self
+            .sorted_domains()
+            .into_iter()
+            .map(|(domain, level)| {
+                serde_json::json!({
+                    "domain": domain,
+                    "files": self.files.get(domain).cloned().unwrap_or_default(),
+                    "descriptors": level.to_json(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "loaded_at_ms": self.loaded_at.map(crate::stats::millis_since_epoch),
+            "domains": domains,
+        })
+    }
+
+    fn sorted_domains(&self) -> Vec<(&str, &Level)> {
+        let mut domains: Vec<(&str, &Level)> =
+            self.domains.iter().map(|(d, l)| (d.as_str(), l)).collect();
+        domains.sort_unstable_by_key(|(d, _)| *d);
+        domains
+    }
+
+    fn sorted_files(&self) -> Vec<(&str, &Vec<String>)> {
+        let mut files: Vec<(&str, &Vec<String>)> =
+            self.files.iter().map(|(d, f)| (d.as_str(), f)).collect();
+        files.sort_unstable_by_key(|(d, _)| *d);
+        files
     }
 }
 
@@ -337,6 +412,7 @@ fn limit_of(
         detailed_metric: spec.detailed_metric,
         full_key: full_key.to_owned(),
         counters: Default::default(),
+        stats: Default::default(),
     })
 }
 

@@ -178,6 +178,7 @@ impl LiveConfig {
                     %error,
                     "config reload refused: a file is unreadable or bad; the previous rules stay in force"
                 );
+                crate::stats::global().reload_refused("error", error.to_string());
                 return Err(error);
             }
         };
@@ -197,6 +198,12 @@ impl LiveConfig {
                 removed = ?removed,
                 domains = ?in_force_domains,
                 "config reload refused: it would remove domains in force (pass --allow-empty-config to allow it); the previous rules stay in force"
+            );
+            crate::stats::global().reload_refused(
+                "refused",
+                format!(
+                    "it would remove the domains in force {removed:?} (pass --allow-empty-config to allow it)"
+                ),
             );
             return Ok(ReloadOutcome::Refused { removed });
         }

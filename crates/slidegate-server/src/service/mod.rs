@@ -365,6 +365,7 @@ fn plan_override(
         // Overrides are counted as `override` in the metrics, never by name.
         full_key: String::new(),
         counters: Default::default(),
+        stats: Default::default(),
     };
     Ok(Planned {
         limit: Cow::Owned(Arc::new(limit)),

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Server instructions per request under callgrind, for two `slidegate
+# serve` binaries: repeatable whatever else runs on the machine, unlike
+# req/s. Each server runs under valgrind; its counters are zeroed once it
+# serves, the same load (NEW_BINARY's `slidegate bench`) is sent, and the
+# instructions counted since are divided by the requests answered.
+#
+#   scripts/bench-instructions.sh OLD_BINARY NEW_BINARY
+#
+# Environment: REQUESTS_SECONDS (default 10), KEYS (default 10000),
+# CONNECTIONS (default 8), CASES (default "should-rate-limit acquire").
+set -euo pipefail
+[ $# = 2 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY" >&2; exit 2; }
+command -v valgrind >/dev/null || { echo "bench-instructions: valgrind is not installed" >&2; exit 1; }
+A=$1
+B=$2
+SECONDS_PER_RUN=${REQUESTS_SECONDS:-10}
+KEYS=${KEYS:-10000}
+CONNECTIONS=${CONNECTIONS:-8}
+CASES=${CASES:-should-rate-limit acquire}
+WORK=$(mktemp -d)
+PID=
+cleanup() {
+  [ -n "$PID" ] && kill "$PID" 2>/dev/null || true
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cat >"$WORK/bench.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: key
+    rate_limit:
+      unit: second
+      requests_per_unit: 100
+YAML
+
+wait_port() {
+  for _ in $(seq 600); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "bench-instructions: nothing listens on $1" >&2
+  exit 1
+}
+
+echo "| case | A instructions/request | B instructions/request | B/A |"
+echo "|---|---|---|---|"
+for case in $CASES; do
+  declare -A IR=()
+  for side in A B; do
+    binary=$A
+    [ "$side" = B ] && binary=$B
+    http=$((20000 + RANDOM % 20000))
+    grpc=$((http + 1))
+    out="$WORK/callgrind.$side.$case"
+    valgrind --tool=callgrind --callgrind-out-file="$out" \
+      "$binary" serve --store memory --config "$WORK/bench.yaml" \
+      --http-addr "127.0.0.1:$http" --grpc-addr "127.0.0.1:$grpc" >"$WORK/serve.log" 2>&1 &
+    PID=$!
+    wait_port "$http"
+    wait_port "$grpc"
+    case $case in
+      acquire | healthz) target=http://127.0.0.1:$http ;;
+      *) target=grpc://127.0.0.1:$grpc ;;
+    esac
+    # A short warm-up, then count from zero.
+    "$B" bench --target "$target" --op "$case" --keys "$KEYS" --concurrency "$CONNECTIONS" \
+      --duration 2s --json >/dev/null
+    callgrind_control -z "$PID" >/dev/null 2>&1
+    json=$("$B" bench --target "$target" --op "$case" --keys "$KEYS" \
+      --concurrency "$CONNECTIONS" --duration "${SECONDS_PER_RUN}s" --json)
+    callgrind_control -d "$PID" >/dev/null 2>&1
+    requests=$(echo "$json" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')
+    # The dump made by -d: the file with the highest part number.
+    dump=$(ls -v "$out".* 2>/dev/null | tail -1)
+    ir=$(sed -n 's/^summary: \([0-9]*\).*/\1/p' "$dump" | head -1)
+    [ -n "$ir" ] || ir=$(sed -n 's/^totals: \([0-9]*\).*/\1/p' "$dump" | head -1)
+    IR[$side]=$(awk -v i="$ir" -v n="$requests" 'BEGIN { printf "%.0f", i / n }')
+    echo "bench-instructions: $case, $side: $requests requests, $ir instructions (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+    kill "$PID" 2>/dev/null || true
+    wait "$PID" 2>/dev/null || true
+    PID=
+  done
+  awk -v c="$case" -v a="${IR[A]}" -v b="${IR[B]}" \
+    'BEGIN { printf "| %s | %d | %d | %.3f |\n", c, a, b, b / a }'
+  unset IR
+done
