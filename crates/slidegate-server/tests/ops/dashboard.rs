@@ -281,6 +281,10 @@ async fn exercise(server: &Slidegate, redis: &mut Redis, rules_file: &std::path:
         check(server, key).await;
         check(server, key).await;
     }
+    // Two descriptors in one check: the store decides them as one batch
+    // (one descriptor is a plain acquire).
+    let both = r#"{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"w"}]},{"entries":[{"key":"trial","value":"w"}]}]}"#;
+    assert_eq!(post(server, "/v1/check", both).await, 200);
     // A reload: the file's content changes.
     std::fs::write(rules_file, rules(2)).expect("the rules are rewritten");
     metrics_until(server, "a reload", |m| {
