@@ -16,6 +16,11 @@
 //! Time never runs backwards inside a log: a request that arrives with a
 //! time older than the newest entry is decided and recorded at the newest
 //! entry's time.
+//!
+//! The algorithm ([`check`], [`record`], [`is_idle`]) is written once,
+//! against [`LogEntries`]: where a log keeps its entries. [`SlidingLog`]
+//! keeps them in a buffer of its own; the memory store keeps the first
+//! ones inside its per-key slot and the rest in a compact ring.
 
 use std::collections::VecDeque;
 
@@ -84,7 +89,6 @@ impl SlidingLog {
         })
     }
 
-    /// `now`, or the newest entry's time if the clock is behind it.
     /// Empty iff the totals are equal: every entry costs at least 1, and
     /// an emptied log starts over from zero. Reads no entry.
     #[inline]
@@ -92,13 +96,67 @@ impl SlidingLog {
         self.newest_total == self.dropped_total
     }
 
-    #[inline]
-    fn effective_now(&self, now: u64) -> u64 {
-        if self.holds_nothing() {
-            now
-        } else {
-            self.newest_at.max(now)
+    /// Builds a log from its admissions, `(time, cost)` pairs, oldest
+    /// first, in increasing time and of cost at least 1 (what another
+    /// representation of a log held).
+    pub(crate) fn from_admissions(
+        admissions: impl ExactSizeIterator<Item = (u64, u64)>,
+    ) -> SlidingLog {
+        let mut log = SlidingLog {
+            entries: VecDeque::with_capacity(admissions.len()),
+            ..SlidingLog::default()
+        };
+        for (at, cost) in admissions {
+            log.push(at, cost);
         }
+        log
+    }
+
+    /// The heap bytes [`record`](Meter::record) at `now` would allocate:
+    /// none unless it needs a new entry (not merged into the newest) and
+    /// the buffer is full. Lets a store with a memory bound ask for them
+    /// first ([`grow_for_record`](Self::grow_for_record)).
+    #[inline]
+    pub(crate) fn record_growth(&self, now: u64) -> usize {
+        let capacity = self.entries.capacity();
+        if self.entries.len() < capacity {
+            return 0;
+        }
+        let merges = !self.holds_nothing() && self.newest_at == effective_now(self, now);
+        if merges {
+            return 0;
+        }
+        (grown_capacity(capacity) - capacity) * std::mem::size_of::<Entry>()
+    }
+
+    /// Grows the buffer by [`record_growth`](Self::record_growth) bytes,
+    /// so that the next `record` allocates nothing.
+    pub(crate) fn grow_for_record(&mut self) {
+        let additional = grown_capacity(self.entries.capacity()) - self.entries.len();
+        self.entries.reserve_exact(additional);
+    }
+}
+
+/// The capacity a full buffer grows to: double, as `VecDeque` itself does,
+/// so pushes stay amortized O(1).
+fn grown_capacity(capacity: usize) -> usize {
+    capacity.saturating_mul(2).max(4)
+}
+
+impl LogEntries for SlidingLog {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.holds_nothing()
+    }
+
+    #[inline]
+    fn oldest_at(&self) -> u64 {
+        self.oldest_at
+    }
+
+    #[inline]
+    fn newest_at(&self) -> u64 {
+        self.newest_at
     }
 
     #[inline]
@@ -106,13 +164,9 @@ impl SlidingLog {
         self.newest_total - self.dropped_total
     }
 
-    #[inline]
     fn drop_expired(&mut self, window: u64, t: u64) {
-        if self.holds_nothing() || self.oldest_at.saturating_add(window) >= t {
-            return;
-        }
         while let Some(oldest) = self.entries.front() {
-            if oldest.at.saturating_add(window) >= t {
+            if !expired(oldest.at, window, t) {
                 self.oldest_at = oldest.at;
                 break;
             }
@@ -132,91 +186,25 @@ impl SlidingLog {
         }
     }
 
-    /// The heap bytes [`record`](Meter::record) at `now` would allocate:
-    /// none unless it needs a new entry (not merged into the newest) and
-    /// the buffer is full. Lets a store with a memory bound ask for them
-    /// first ([`grow_for_record`](Self::grow_for_record)).
-    #[inline]
-    pub(crate) fn record_growth(&self, now: u64) -> usize {
-        let capacity = self.entries.capacity();
-        if self.entries.len() < capacity {
-            return 0;
-        }
-        let merges = !self.holds_nothing() && self.newest_at == self.effective_now(now);
-        if merges {
-            return 0;
-        }
-        (grown_capacity(capacity) - capacity) * std::mem::size_of::<Entry>()
-    }
-
-    /// Grows the buffer by [`record_growth`](Self::record_growth) bytes,
-    /// so that the next `record` allocates nothing.
-    pub(crate) fn grow_for_record(&mut self) {
-        let additional = grown_capacity(self.entries.capacity()) - self.entries.len();
-        self.entries.reserve_exact(additional);
-    }
-
-    /// When a request of `asked` passes, if nothing else is admitted.
-    fn pass_time(&self, window: u64, asked: u64, limit: u64) -> u64 {
-        // The request passes once the entries up to the first one whose
-        // running total reaches `target` have expired.
-        let target = self.newest_total + asked - limit;
+    fn deciding_at(&self, need: u64) -> u64 {
+        let target = self.dropped_total + need;
         let k = self.entries.partition_point(|e| e.total < target);
-        self.entries
-            .get(k)
-            .map_or(0, |deciding| deciding.at + window + 1)
-    }
-}
-
-/// The capacity a full buffer grows to: double, as `VecDeque` itself does,
-/// so pushes stay amortized O(1).
-fn grown_capacity(capacity: usize) -> usize {
-    capacity.saturating_mul(2).max(4)
-}
-
-impl Meter for SlidingLog {
-    #[inline]
-    fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
-        let (limit, window) = (rate.limit(), rate.window_micros());
-        let t = self.effective_now(now);
-        self.drop_expired(window, t);
-        let usage = self.usage();
-        let asked = cost.max(1);
-        let reset_now = if self.holds_nothing() {
-            0
-        } else {
-            until(self.newest_at + window + 1, now)
-        };
-        if usage + asked <= limit {
-            return if cost == 0 {
-                Decision::from_parts(true, limit, limit - usage, 0, reset_now)
-            } else {
-                Decision::from_parts(
-                    true,
-                    limit,
-                    limit - usage - cost,
-                    0,
-                    until(t + window + 1, now),
-                )
-            };
-        }
-        if asked != self.denied_cost || t >= self.denied_until {
-            self.denied_until = self.pass_time(window, asked, limit);
-            self.denied_cost = asked;
-        }
-        let retry_after = until(self.denied_until, now);
-        Decision::from_parts(
-            false,
-            limit,
-            limit.saturating_sub(usage),
-            retry_after,
-            reset_now,
-        )
+        self.entries.get(k).map_or(0, |deciding| deciding.at)
     }
 
     #[inline]
-    fn record(&mut self, _rate: Rate, now: u64, cost: u64) {
-        let t = self.effective_now(now);
+    fn cached_denial(&self) -> Option<(u64, u64)> {
+        Some((self.denied_cost, self.denied_until))
+    }
+
+    #[inline]
+    fn cache_denial(&mut self, asked: u64, until: u64) {
+        self.denied_cost = asked;
+        self.denied_until = until;
+    }
+
+    #[inline]
+    fn push(&mut self, t: u64, cost: u64) {
         let was_empty = self.holds_nothing();
         self.denied_cost = 0;
         self.newest_total += cost;
@@ -234,10 +222,167 @@ impl Meter for SlidingLog {
         }
         self.newest_at = t;
     }
+}
+
+impl Meter for SlidingLog {
+    #[inline]
+    fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
+        check(self, rate, now, cost)
+    }
+
+    #[inline]
+    fn record(&mut self, _rate: Rate, now: u64, cost: u64) {
+        record(self, now, cost);
+    }
 
     fn is_idle(&self, rate: Rate, now: u64) -> bool {
-        self.holds_nothing() || self.newest_at.saturating_add(rate.window_micros()) < now
+        is_idle(self, rate, now)
     }
+}
+
+/// Where a sliding log keeps its entries: what the algorithm ([`check`],
+/// [`record`], [`is_idle`]) reads and changes. Entries are `(time, cost)`
+/// admissions in increasing time, each of cost at least 1.
+pub(crate) trait LogEntries {
+    /// True when the log holds no entry.
+    fn is_empty(&self) -> bool;
+
+    /// Time of the oldest entry (only asked when not empty).
+    fn oldest_at(&self) -> u64;
+
+    /// Time of the newest entry (only asked when not empty).
+    fn newest_at(&self) -> u64;
+
+    /// Sum of the costs of the entries held.
+    fn usage(&self) -> u64;
+
+    /// Drops the entries more than `window` old at `t` ([`expired`]),
+    /// oldest first; only asked when the oldest one is.
+    fn drop_expired(&mut self, window: u64, t: u64);
+
+    /// Time of the first entry, oldest first, at which the costs add up
+    /// to `need` (`2 <= need <= usage`).
+    fn deciding_at(&self, need: u64) -> u64;
+
+    /// The last denial kept, `(cost asked, time it passes)`, if the log
+    /// keeps one: a log whose deciding entry is found without a search
+    /// need not.
+    fn cached_denial(&self) -> Option<(u64, u64)>;
+
+    /// Keeps a denial for [`cached_denial`](Self::cached_denial), or not.
+    fn cache_denial(&mut self, asked: u64, until: u64);
+
+    /// Records `cost` at `t` (never before the newest entry), merged into
+    /// the newest entry when at the same time; forgets a kept denial.
+    fn push(&mut self, t: u64, cost: u64);
+}
+
+/// True when an entry admitted `at` no longer counts at `t`: it is more
+/// than `window` old.
+#[inline]
+pub(crate) fn expired(at: u64, window: u64, t: u64) -> bool {
+    at.saturating_add(window) < t
+}
+
+/// `now`, or the newest entry's time if the clock is behind it.
+#[inline]
+pub(crate) fn effective_now<L: LogEntries + ?Sized>(log: &L, now: u64) -> u64 {
+    if log.is_empty() {
+        now
+    } else {
+        log.newest_at().max(now)
+    }
+}
+
+/// [`Meter::check`] of the sliding log, over any [`LogEntries`].
+#[inline]
+pub(crate) fn check<L: LogEntries + ?Sized>(
+    log: &mut L,
+    rate: Rate,
+    now: u64,
+    cost: u64,
+) -> Decision {
+    let (limit, window) = (rate.limit(), rate.window_micros());
+    // Dropping expired entries never drops the newest unless it empties
+    // the log: read it once.
+    let newest = if log.is_empty() { now } else { log.newest_at() };
+    let t = newest.max(now);
+    if !log.is_empty() && expired(log.oldest_at(), window, t) {
+        log.drop_expired(window, t);
+    }
+    let usage = log.usage();
+    let asked = cost.max(1);
+    let reset_now = if usage == 0 {
+        0
+    } else {
+        until(newest + window + 1, now)
+    };
+    if usage + asked <= limit {
+        return if cost == 0 {
+            Decision::from_parts(true, limit, limit - usage, 0, reset_now)
+        } else {
+            Decision::from_parts(
+                true,
+                limit,
+                limit - usage - cost,
+                0,
+                until(t + window + 1, now),
+            )
+        };
+    }
+    let retry_after = until(pass_time(log, window, t, asked, usage, limit), now);
+    Decision::from_parts(
+        false,
+        limit,
+        limit.saturating_sub(usage),
+        retry_after,
+        reset_now,
+    )
+}
+
+/// When a request of `asked` passes, if nothing else is admitted: once
+/// the entries up to the one at which the costs add up to what it needs
+/// have expired (never, 0, when they never add up to it).
+#[inline]
+fn pass_time<L: LogEntries + ?Sized>(
+    log: &mut L,
+    window: u64,
+    t: u64,
+    asked: u64,
+    usage: u64,
+    limit: u64,
+) -> u64 {
+    let need = usage + asked - limit;
+    if need > usage {
+        return 0;
+    }
+    if need == 1 {
+        // The oldest entry decides: what a cost of 1 at the limit asks.
+        return log.oldest_at() + window + 1;
+    }
+    // The kept denial is exact: until its deciding entry expires, the same
+    // cost cannot pass, and any admission forgets it.
+    match log.cached_denial() {
+        Some((cost, until)) if cost == asked && t < until => until,
+        _ => {
+            let until = log.deciding_at(need) + window + 1;
+            log.cache_denial(asked, until);
+            until
+        }
+    }
+}
+
+/// [`Meter::record`] of the sliding log, over any [`LogEntries`].
+#[inline]
+pub(crate) fn record<L: LogEntries + ?Sized>(log: &mut L, now: u64, cost: u64) {
+    let t = effective_now(log, now);
+    log.push(t, cost);
+}
+
+/// [`Meter::is_idle`] of the sliding log, over any [`LogEntries`].
+#[inline]
+pub(crate) fn is_idle<L: LogEntries + ?Sized>(log: &L, rate: Rate, now: u64) -> bool {
+    log.is_empty() || expired(log.newest_at(), rate.window_micros(), now)
 }
 
 #[cfg(test)]

@@ -1,14 +1,19 @@
-//! The in-process store: a sharded concurrent map from key to the states of
+//! The in-process store: a sharded hash table from key to the states of
 //! its rules.
 //!
 //! - **Hot path**: one hash lookup under the key's shard lock (one of 128
 //!   by default), one algorithm step. No global lock: keys in different
-//!   shards never wait for each other. Batches over several keys hold their
-//!   shards' read locks and lock the keys one by one, in address order.
-//! - **Exactness**: a key is only ever removed under its shard's write lock,
-//!   which waits for every decision in flight on that shard, and only when
-//!   all its states are idle (equivalent to fresh ones). So sweeping never
-//!   loses a hit.
+//!   shards never wait for each other. Batches over several keys lock
+//!   their shards in index order.
+//! - **One cache line per key**: the key and its slot fill 64 bytes (for
+//!   keys of up to 24 bytes, a `String` or a `u64`). The slot refers to
+//!   its rule by an index into the shard's rule table, and keeps a sliding
+//!   log's first entries inline, their times as deltas at the width the
+//!   window needs; longer logs move their entries to a ring and keep their
+//!   summary inline, so that a denial still reads one line.
+//! - **Exactness**: a key is only ever removed under its shard's lock, and
+//!   only when all its states are idle (equivalent to fresh ones). So
+//!   sweeping never loses a hit.
 //! - **Bounded memory**: idle keys are swept by a background thread every
 //!   `sweep_interval` (1 s by default). Three bounds hold whatever callers
 //!   send: at most `max_keys` keys (1,000,000 by default), at most
@@ -31,19 +36,28 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::thread::Thread;
 use std::time::Duration;
 
-use dashmap::DashMap;
-use dashmap::mapref::entry::Entry;
+use parking_lot::MutexGuard;
 
+use self::batch::{Locked, LockedHit, SCAN_UP_TO, decide_all};
 use self::bounds::Bounds;
-use self::slot::{KeyStates, LockedHit, SCAN_UP_TO, Slot, decide_all, key_bytes};
+use self::map::{Entry, Map, Shard};
+use self::rules::{MAX_RULES, RuleTable};
+use self::slot::{Slot, key_bytes};
 use super::{Hit, Store, check_cost, validate_key};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
+mod batch;
 mod bounds;
+mod log;
+mod map;
+mod rules;
 mod slot;
+mod states;
+#[cfg(test)]
+mod tests;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -88,7 +102,7 @@ impl<K, C: Clock> std::fmt::Debug for MemoryStore<K, C> {
 }
 
 struct Inner<K, C> {
-    map: DashMap<K, Slot, Hasher>,
+    map: Map<K>,
     clock: C,
     bounds: Bounds,
     /// The earliest time a full store may sweep again on the request path.
@@ -200,14 +214,16 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 
     /// The most bytes held at once (default [`DEFAULT_MAX_BYTES`], 1 GiB).
     ///
-    /// Counted: per key its map entry (the key, its slot, the table's
-    /// control byte: `size_of`), the key's own bytes (the text of a string
-    /// key), and the heap of its states (sliding-log buffers by capacity,
-    /// the vector of a key's second and later rules). Not counted: the hash
-    /// table's spare room (up to as much again as the entries, right after
-    /// it grows) and the allocator's own overhead, so the process' memory
-    /// can exceed the bound by a margin; what callers control (how many
-    /// keys, rules, and admissions inside a window) cannot grow past it.
+    /// Counted: per key its map entry (the key and its slot, padded to a
+    /// 64-byte cache line, and the table's control byte), the key's own
+    /// bytes (the text of a string key), and the heap of its states
+    /// (sliding-log rings and buffers by capacity, the box of a key with
+    /// several rules). Not counted: the hash table's spare room (up to as
+    /// much again as the entries, right after it grows), the rules each
+    /// shard's slots refer to (at most 128 of 16 bytes per shard) and the
+    /// allocator's own overhead, so the process' memory can exceed the
+    /// bound by a margin; what callers control (how many keys, rules, and
+    /// admissions inside a window) cannot grow past it.
     ///
     /// A request that would need more (a new key, a new rule on a key, a
     /// sliding log that must grow to record an admission) first makes the
@@ -248,7 +264,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 
     /// The number of map shards, rounded up to a power of two (default 128).
-    /// More shards make each sweep step and each insert lock less.
+    /// More shards make each sweep step lock less, and two threads less
+    /// likely to want the same lock.
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards.clamp(2, 1 << 16).next_power_of_two();
         self
@@ -265,7 +282,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             .as_micros()
             / 10;
         let inner = Arc::new(Inner {
-            map: DashMap::with_hasher_and_shard_amount(Hasher::default(), self.shards),
+            map: Map::new(self.shards),
             clock: self.clock,
             bounds: Bounds::new(self.max_keys, self.max_bytes, self.max_rules_per_key),
             next_forced_sweep: AtomicU64::new(0),
@@ -306,22 +323,25 @@ where
     C: Clock,
 {
     fn sweep(&self) -> usize {
-        let now = self.clock.now_micros();
         let (mut removed, mut bytes) = (0, 0);
-        self.map.retain(|_, slot| {
-            let states = slot.states.get_mut();
-            let keep = !states.is_idle(now);
-            if !keep {
-                removed += 1;
-                bytes += states.bytes();
+        for shard in 0..self.map.shards() {
+            let mut shard = self.map.lock(shard);
+            let Shard { table, rules } = &mut *shard;
+            let now = self.clock.now_micros();
+            table.retain(|entry| {
+                let idle = entry.slot.is_idle(now, rules);
+                if idle {
+                    removed += 1;
+                    bytes += entry.slot.bytes();
+                }
+                !idle
+            });
+            self.map.shrink(table);
+            if rules.len() > MAX_RULES / 2 {
+                compact_rules(table, rules);
             }
-            keep
-        });
-        self.bounds.remove_keys(removed, bytes);
-        let len = self.bounds.keys();
-        if removed > 0 && self.map.capacity() > 4 * len + 4096 {
-            self.map.shrink_to_fit();
         }
+        self.bounds.remove_keys(removed, bytes);
         removed
     }
 
@@ -353,26 +373,11 @@ where
         }
     }
 
-    /// The slot of `key`, inserted if it is not held, when the bounds let
-    /// one more key in.
-    fn insert_key<Q>(&self, key: &Q) -> Result<dashmap::mapref::one::RefMut<'_, K, Slot>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
-        // Before copying the key: a flood of new keys on a full store
-        // costs no allocation.
-        if self.bounds.keys_full() {
-            return Err(self.bounds.keys_error());
-        }
-        match self.map.entry(key.to_owned()) {
-            Entry::Occupied(entry) => Ok(entry.into_ref()),
-            Entry::Vacant(entry) => {
-                let bytes = key_bytes::<K, Q>(key);
-                self.bounds.try_add_key(bytes)?;
-                Ok(entry.insert(Slot::new(bytes)))
-            }
-        }
+    /// Takes one key (and its bytes) from the bounds.
+    fn add_key<Q: ?Sized>(&self, key: &Q) -> Result<u32> {
+        let bytes = key_bytes::<Entry<K>, Q>(key);
+        self.bounds.try_add_key(bytes as usize)?;
+        Ok(bytes)
     }
 
     #[inline]
@@ -381,24 +386,28 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
+        let hash = self.map.hash(key);
+        let mut shard = self.map.lock(self.map.shard_of(hash));
+        let Shard { table, rules: held } = &mut *shard;
         // The clock is read under the lock: a sweep that dropped the key as
         // idle used an earlier time, so the fresh state is equivalent. Read
         // before the lock, a sweep in between could drop entries that still
         // count at the (older) time of this decision.
-        //
-        // The shard's write lock makes the key's mutex unnecessary here:
-        // batches, which lock keys one by one, hold the shard's read lock.
-        if let Some(mut slot) = self.map.get_mut(key) {
+        if let Some(entry) = Map::find(table, hash, key) {
             let now = self.clock.now_micros();
-            return decide_key(slot.states.get_mut(), rules, now, cost, &self.bounds);
+            return decide_key(&mut entry.slot, held, rules, now, cost, &self.bounds);
         }
-        if cost == 0 {
-            let now = self.clock.now_micros();
-            return decide_key(&mut KeyStates::default(), rules, now, 0, &self.bounds);
-        }
-        let mut slot = self.insert_key(key)?;
         let now = self.clock.now_micros();
-        decide_key(slot.states.get_mut(), rules, now, cost, &self.bounds)
+        if cost == 0 {
+            return decide_key(&mut Slot::empty(0), held, rules, now, 0, &self.bounds);
+        }
+        // Before copying the key: a flood of new keys on a full store
+        // costs no allocation.
+        let bytes = self.add_key(key)?;
+        let entry = self
+            .map
+            .insert(table, hash, key.to_owned(), Slot::empty(bytes));
+        decide_key(&mut entry.slot, held, rules, now, cost, &self.bounds)
     }
 
     fn acquire_batch<Q>(&self, hits: &[Hit<'_, Q>], index: &BatchKeys) -> Result<Vec<Decision>>
@@ -406,63 +415,93 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        loop {
-            for &(first, consumes) in &index.keys {
-                let key = hits[first].key;
-                if consumes && !self.map.contains_key(key) {
-                    drop(self.insert_key(key)?);
-                }
-            }
-            // Hold every key's shard (read) lock so none is swept, then lock
-            // the keys in address order so batches cannot deadlock.
-            let mut slots = Vec::with_capacity(index.keys.len());
-            let mut swept_meanwhile = false;
-            for (distinct, &(first, consumes)) in index.keys.iter().enumerate() {
-                match self.map.get(hits[first].key) {
-                    Some(slot) => slots.push((distinct, Some(slot))),
-                    None if consumes => {
-                        swept_meanwhile = true;
+        let key = |distinct: usize| hits[index.keys[distinct].0].key;
+        let hashes: Vec<u64> = (0..index.keys.len())
+            .map(|d| self.map.hash(key(d)))
+            .collect();
+        // Lock every key's shard, in index order so that batches cannot
+        // deadlock.
+        let mut shards: Vec<usize> = hashes.iter().map(|&h| self.map.shard_of(h)).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let table_of: Vec<usize> = hashes
+            .iter()
+            .map(|&h| shards.partition_point(|&s| s < self.map.shard_of(h)))
+            .collect();
+        let mut guards: Vec<MutexGuard<'_, Shard<K>>> =
+            shards.iter().map(|&s| self.map.lock(s)).collect();
+        // Each key's slot is taken out of its table for the decision (an
+        // empty one stands in, unseen: the shard is locked) and put back.
+        let mut slots = Vec::with_capacity(hashes.len());
+        let mut taken = Vec::with_capacity(hashes.len());
+        let mut refused = None;
+        for (d, &(_, consumes)) in index.keys.iter().enumerate() {
+            let table = &mut guards[table_of[d]].table;
+            let (slot, held) = match Map::find(table, hashes[d], key(d)) {
+                Some(entry) => (std::mem::replace(&mut entry.slot, Slot::empty(0)), true),
+                None if consumes => match self.add_key(key(d)) {
+                    Ok(bytes) => {
+                        self.map
+                            .insert(table, hashes[d], key(d).to_owned(), Slot::empty(0));
+                        (Slot::empty(bytes), true)
+                    }
+                    Err(full) => {
+                        refused = Some(full);
                         break;
                     }
-                    None => slots.push((distinct, None)),
+                },
+                None => (Slot::empty(0), false),
+            };
+            slots.push(slot);
+            taken.push(held);
+        }
+        let decisions = match refused {
+            Some(full) => Err(full),
+            None => {
+                // Under the locks, for the reason given in `acquire`.
+                let now = self.clock.now_micros();
+                let locked: Vec<LockedHit> = hits
+                    .iter()
+                    .zip(&index.key_of)
+                    .map(|(hit, &distinct)| LockedHit {
+                        key: distinct,
+                        rule: hit.rule,
+                        cost: hit.cost,
+                    })
+                    .collect();
+                let mut tables: Vec<&mut RuleTable> =
+                    guards.iter_mut().map(|shard| &mut shard.rules).collect();
+                let mut keys = Locked {
+                    slots: &mut slots,
+                    tables: &mut tables,
+                    table_of: &table_of,
+                };
+                decide_all(&mut keys, &locked, now, &self.bounds)
+            }
+        };
+        for (d, slot) in slots.into_iter().enumerate() {
+            if taken[d] {
+                let table = &mut guards[table_of[d]].table;
+                if let Some(entry) = Map::find(table, hashes[d], key(d)) {
+                    entry.slot = slot;
                 }
             }
-            if swept_meanwhile {
-                continue;
-            }
-            slots
-                .sort_by_key(|(_, slot)| slot.as_ref().map_or(0, |s| &**s as *const Slot as usize));
-            // Where each distinct key ended up in that order.
-            let mut place = vec![0; slots.len()];
-            for (at, (distinct, _)) in slots.iter().enumerate() {
-                place[*distinct] = at;
-            }
-            let mut guards: Vec<_> = slots
-                .iter()
-                .map(|(_, slot)| slot.as_ref().map(|s| s.states.lock()))
-                .collect();
-            let mut absent: Vec<KeyStates> = slots.iter().map(|_| KeyStates::default()).collect();
-            let mut states: Vec<&mut KeyStates> = guards
-                .iter_mut()
-                .zip(absent.iter_mut())
-                .map(|(guard, empty)| match guard {
-                    Some(guard) => &mut **guard,
-                    None => empty,
-                })
-                .collect();
-            // Under the locks, for the reason given in `acquire`.
-            let now = self.clock.now_micros();
-            let locked: Vec<LockedHit> = hits
-                .iter()
-                .zip(&index.key_of)
-                .map(|(hit, &distinct)| LockedHit {
-                    key: place[distinct],
-                    rule: hit.rule,
-                    cost: hit.cost,
-                })
-                .collect();
-            return decide_all(&mut states, &locked, now, &self.bounds);
         }
+        decisions
+    }
+}
+
+/// Keeps only the rules a shard's slots refer to.
+fn compact_rules<K>(table: &mut hashbrown::HashTable<Entry<K>>, rules: &mut RuleTable) {
+    let mut used = vec![false; rules.len()];
+    for entry in table.iter() {
+        if let Some(id) = entry.slot.rule_id() {
+            used[usize::from(id)] = true;
+        }
+    }
+    let renumbered = rules.compact(&used);
+    for entry in table.iter_mut() {
+        entry.slot.renumber(&renumbered);
     }
 }
 
@@ -541,17 +580,19 @@ where
     {
         check_cost(rules, cost)?;
         let inner = &*self.inner;
-        let decisions = match inner.map.get_mut(key) {
-            Some(mut slot) => {
-                let now = inner.clock.now_micros();
-                slot.states
-                    .get_mut()
-                    .dry_run(rules, now, cost, &inner.bounds)
-            }
-            None => {
-                KeyStates::default().dry_run(rules, inner.clock.now_micros(), cost, &inner.bounds)
-            }
+        let hash = inner.map.hash(key);
+        let mut shard = inner.map.lock(inner.map.shard_of(hash));
+        let Shard { table, rules: held } = &mut *shard;
+        let now = inner.clock.now_micros();
+        let mut absent = Slot::empty(0);
+        let slot = match Map::find(table, hash, key) {
+            Some(entry) => &mut entry.slot,
+            None => &mut absent,
         };
+        let decisions: Vec<Decision> = rules
+            .iter()
+            .map(|&rule| slot.check(rule, now, cost, &inner.bounds, held))
+            .collect();
         Decision::combine(&decisions).ok_or(Error::NoRules)
     }
 
@@ -585,13 +626,16 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        match self.inner.map.remove(key) {
-            Some((_, slot)) => {
-                let bytes = slot.states.into_inner().bytes();
-                self.inner.bounds.remove_keys(1, bytes);
+        let inner = &*self.inner;
+        let hash = inner.map.hash(key);
+        let mut shard = inner.map.lock(inner.map.shard_of(hash));
+        match shard.table.find_entry(hash, |e| e.key.borrow() == key) {
+            Ok(entry) => {
+                let (entry, _) = entry.remove();
+                inner.bounds.remove_keys(1, entry.slot.bytes());
                 true
             }
-            None => false,
+            Err(_) => false,
         }
     }
 
@@ -650,31 +694,26 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        let slot = self.inner.map.get(key)?;
-        let states = slot.states.lock();
-        states
-            .iter()
-            .find(|(r, _)| *r == rule)
-            .and_then(|(_, state)| match state {
-                crate::algorithm::State::SlidingLog(log) => Some(log.entries().collect()),
-                _ => None,
-            })
+        let inner = &*self.inner;
+        let hash = inner.map.hash(key);
+        let mut shard = inner.map.lock(inner.map.shard_of(hash));
+        let Shard { table, rules } = &mut *shard;
+        Map::find(table, hash, key)?.slot.admissions(rule, rules)
     }
 
     /// Counts what the store holds. Walks every key: for tests and
     /// diagnostics, not for the hot path.
     pub fn stats(&self) -> MemoryStats {
         let mut stats = MemoryStats::default();
-        for entry in self.inner.map.iter() {
-            let states = entry.value().states.lock();
-            stats.keys += 1;
-            stats.heap_bytes += states.heap_bytes();
-            stats.key_bytes += states.key_bytes();
-            for (_, state) in states.iter() {
-                stats.states += 1;
-                if let crate::algorithm::State::SlidingLog(log) = state {
-                    stats.log_entries += log.len();
-                }
+        for shard in 0..self.inner.map.shards() {
+            let shard = self.inner.map.lock(shard);
+            for entry in shard.table.iter() {
+                let (states, entries) = entry.slot.count();
+                stats.keys += 1;
+                stats.states += states;
+                stats.log_entries += entries;
+                stats.heap_bytes += entry.slot.heap_bytes();
+                stats.key_bytes += entry.slot.key_bytes();
             }
         }
         stats
@@ -683,20 +722,26 @@ where
 
 #[inline]
 fn decide_key(
-    states: &mut KeyStates,
+    slot: &mut Slot,
+    held: &mut RuleTable,
     rules: &[Rule],
     now: u64,
     cost: u64,
     bounds: &Bounds,
 ) -> Result<Decision> {
     if let [rule] = rules {
-        return states.decide_one(*rule, now, cost, bounds);
+        return slot.decide_one(*rule, now, cost, bounds, held);
     }
     let hits: Vec<LockedHit> = rules
         .iter()
         .map(|&rule| LockedHit { key: 0, rule, cost })
         .collect();
-    let decisions = decide_all(&mut [states], &hits, now, bounds)?;
+    let mut keys = Locked {
+        slots: std::slice::from_mut(slot),
+        tables: &mut [held],
+        table_of: &[0],
+    };
+    let decisions = decide_all(&mut keys, &hits, now, bounds)?;
     Decision::combine(&decisions).ok_or(Error::NoRules)
 }
 
@@ -725,374 +770,5 @@ impl<C: Clock> Store for MemoryStore<String, C> {
 
     fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
         Some(validate_key(key).and_then(|()| MemoryStore::acquire(self, key, rules, cost)))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::ManualClock;
-
-    fn store(clock: &ManualClock) -> MemoryStore<String, ManualClock> {
-        MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .build()
-    }
-
-    #[test]
-    fn several_rules_pass_or_fail_together() {
-        let clock = ManualClock::new();
-        let s = store(&clock);
-        let small = Rule::parse("2/1s").unwrap();
-        let big = Rule::parse("3/1m").unwrap();
-        assert!(s.acquire("k", &[small, big], 1).unwrap().allowed());
-        assert!(s.acquire("k", &[small, big], 1).unwrap().allowed());
-        let denied = s.acquire("k", &[small, big], 1).unwrap();
-        assert!(!denied.allowed());
-        assert_eq!(denied.limit(), 2);
-        // The minute rule was not charged by the denial.
-        clock.advance(Duration::from_millis(1001));
-        assert!(s.acquire("k", &[small, big], 1).unwrap().allowed());
-        let d = s.acquire("k", &[small, big], 1).unwrap();
-        assert!(!d.allowed());
-        assert_eq!(d.limit(), 3);
-        assert_eq!(s.peek("k", &[big]).unwrap().remaining(), 0);
-    }
-
-    #[test]
-    fn batch_over_keys_is_all_or_nothing() {
-        let clock = ManualClock::new();
-        let s = store(&clock);
-        let rule = Rule::parse("1/1s").unwrap();
-        s.acquire("b", &[rule], 1).unwrap();
-        let ds = s
-            .acquire_batch(&[Hit::new("a", rule, 1), Hit::new("b", rule, 1)])
-            .unwrap();
-        assert!(ds[0].allowed() && !ds[1].allowed());
-        assert_eq!(ds[0].remaining(), 1, "a was not charged");
-        assert!(s.acquire("a", &[rule], 1).unwrap().allowed());
-    }
-
-    #[test]
-    fn duplicate_hits_add_up() {
-        let clock = ManualClock::new();
-        let s = store(&clock);
-        let rule = Rule::parse("3/1s").unwrap();
-        let ds = s
-            .acquire_batch(&[Hit::new("a", rule, 2), Hit::new("a", rule, 1)])
-            .unwrap();
-        assert!(ds.iter().all(Decision::allowed));
-        assert_eq!(ds[1].remaining(), 0);
-        assert!(matches!(
-            s.acquire_batch(&[Hit::new("b", rule, 2), Hit::new("b", rule, 2)]),
-            Err(Error::CostExceedsLimit { cost: 4, limit: 3 })
-        ));
-    }
-
-    #[test]
-    fn probes_do_not_create_keys() {
-        let clock = ManualClock::new();
-        let s = store(&clock);
-        let rule = Rule::parse("3/1s").unwrap();
-        let p = s.peek("nobody", &[rule]).unwrap();
-        assert!(p.allowed());
-        assert_eq!(p.remaining(), 3);
-        assert!(s.is_empty());
-        s.acquire_batch(&[Hit::new("x", rule, 0)]).unwrap();
-        assert!(s.is_empty());
-    }
-
-    #[test]
-    fn sweep_drops_only_idle_keys() {
-        let clock = ManualClock::new();
-        let s = store(&clock);
-        let rule = Rule::parse("3/1s").unwrap();
-        s.acquire("old", &[rule], 1).unwrap();
-        clock.advance(Duration::from_millis(500));
-        s.acquire("new", &[rule], 1).unwrap();
-        clock.advance(Duration::from_millis(501));
-        assert_eq!(s.sweep(), 1);
-        assert_eq!(s.len(), 1);
-        assert_eq!(s.peek("new", &[rule]).unwrap().remaining(), 2);
-    }
-
-    #[test]
-    fn a_full_store_refuses_new_keys_but_serves_held_ones() {
-        let clock = ManualClock::new();
-        let s: MemoryStore<u64, _> = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .max_keys(2)
-            .build();
-        let rule = Rule::parse("5/1s").unwrap();
-        s.acquire(&1, &[rule], 1).unwrap();
-        s.acquire(&2, &[rule], 1).unwrap();
-        assert_eq!(
-            s.acquire(&3, &[rule], 1),
-            Err(Error::StoreFull {
-                bound: crate::StoreBound::Keys(2)
-            })
-        );
-        assert!(s.acquire(&1, &[rule], 1).unwrap().allowed());
-        // Once key 2 is idle, the full store sweeps it to make room.
-        clock.advance(Duration::from_millis(2000));
-        assert!(s.acquire(&1, &[rule], 1).unwrap().allowed());
-        assert!(s.acquire(&3, &[rule], 1).unwrap().allowed());
-        assert_eq!(s.len(), 2);
-    }
-
-    /// What the store counts is what it holds, and within the bound.
-    fn assert_within<K, C>(s: &MemoryStore<K, C>, max_bytes: usize)
-    where
-        K: Hash + Eq + Send + Sync + 'static,
-        C: Clock,
-    {
-        let stats = s.stats();
-        assert_eq!(stats.key_bytes + stats.heap_bytes, s.bytes(), "{stats:?}");
-        assert!(s.bytes() <= max_bytes, "{} > {max_bytes}", s.bytes());
-    }
-
-    fn bytes_full(max_bytes: usize) -> Error {
-        Error::StoreFull {
-            bound: crate::StoreBound::Bytes(max_bytes),
-        }
-    }
-
-    fn bounded(clock: &ManualClock, max_bytes: usize) -> MemoryStore<String, ManualClock> {
-        MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .max_bytes(max_bytes)
-            .build()
-    }
-
-    #[test]
-    fn a_flood_of_keys_stays_within_the_byte_bound() {
-        const MAX: usize = 64 * 1024;
-        let clock = ManualClock::new();
-        let s = bounded(&clock, MAX);
-        let rule = Rule::parse("5/1m").unwrap();
-        let mut refused = 0;
-        for k in 0..10_000 {
-            match s.acquire(&format!("client:{k}"), &[rule], 1) {
-                Ok(d) => assert!(d.allowed()),
-                Err(e) => {
-                    assert_eq!(e, bytes_full(MAX));
-                    refused += 1;
-                }
-            }
-            clock.advance(Duration::from_micros(1));
-        }
-        assert!(refused > 9_000, "{refused} refused");
-        assert!(s.len() > 100, "{} keys held", s.len());
-        assert_within(&s, MAX);
-    }
-
-    #[test]
-    fn a_flood_of_rules_on_one_key_stays_within_the_byte_bound() {
-        const MAX: usize = 16 * 1024;
-        let clock = ManualClock::new();
-        let s: MemoryStore<String, ManualClock> = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .max_bytes(MAX)
-            .max_rules_per_key(MAX_RULES_PER_KEY)
-            .build();
-        let mut refused = 0;
-        for limit in 1..=MAX_RULES_PER_KEY as u64 {
-            let rule = Rule::parse(&format!("{limit}/1h")).unwrap();
-            match s.acquire("victim", &[rule], 1) {
-                Ok(d) => assert!(d.allowed()),
-                Err(e) => {
-                    assert_eq!(e, bytes_full(MAX));
-                    refused += 1;
-                }
-            }
-            assert_within(&s, MAX);
-        }
-        assert!(refused > 0);
-        assert!(s.stats().states < MAX_RULES_PER_KEY);
-    }
-
-    #[test]
-    fn admissions_under_a_huge_limit_and_a_long_window_stay_within_the_byte_bound() {
-        const MAX: usize = 64 * 1024;
-        let clock = ManualClock::new();
-        let s = bounded(&clock, MAX);
-        let huge = Rule::parse("1000000000000/3650d").unwrap();
-        let small = Rule::parse("3/1h").unwrap();
-        s.acquire("held", &[small], 1).unwrap();
-        let mut admitted = 0;
-        let full = loop {
-            match s.acquire("greedy", &[huge], 1) {
-                Ok(d) => assert!(d.allowed()),
-                Err(e) => break e,
-            }
-            admitted += 1;
-            clock.advance(Duration::from_micros(1));
-        };
-        assert_eq!(full, bytes_full(MAX));
-        assert!(admitted >= 1024, "{admitted} admitted");
-        assert_within(&s, MAX);
-        let entries = s.stats().log_entries;
-        // The full store still decides what fits what it holds (the held
-        // key's admissions and denials), and refuses what would grow it.
-        assert!(s.acquire("held", &[small], 2).unwrap().allowed());
-        assert!(!s.acquire("held", &[small], 1).unwrap().allowed());
-        assert_eq!(s.acquire("greedy", &[huge], 1), Err(bytes_full(MAX)));
-        clock.advance(Duration::from_micros(1));
-        assert_eq!(s.acquire("greedy", &[huge], 1), Err(bytes_full(MAX)));
-        assert_eq!(s.stats().log_entries, entries + 1, "only held's entry");
-        assert_within(&s, MAX);
-    }
-
-    #[test]
-    fn denials_and_probes_on_a_full_store_take_no_bytes() {
-        const MAX: usize = 4096;
-        let clock = ManualClock::new();
-        let s = bounded(&clock, MAX);
-        let rule = Rule::parse("1/1h").unwrap();
-        let mut k = 0;
-        while s.acquire(&format!("k{k}"), &[rule], 1).is_ok() {
-            k += 1;
-        }
-        let held = s.bytes();
-        for _ in 0..100 {
-            assert!(!s.acquire("k0", &[rule], 1).unwrap().allowed());
-            assert!(s.peek("new", &[rule]).unwrap().allowed());
-            assert!(s.dry_run("k1", &[rule], 1).map(|d| !d.allowed()).unwrap());
-        }
-        assert_eq!(s.bytes(), held);
-        assert_within(&s, MAX);
-    }
-
-    #[test]
-    fn the_bytes_come_back_when_keys_are_swept_or_reset() {
-        let clock = ManualClock::new();
-        let s = bounded(&clock, 1 << 20);
-        let rules = [
-            Rule::parse("500/1s").unwrap(),
-            Rule::parse("900/2s").unwrap(),
-        ];
-        for k in 0..100 {
-            for _ in 0..20 {
-                s.acquire(&format!("k{k}"), &rules, 1).unwrap();
-                clock.advance(Duration::from_micros(3));
-            }
-        }
-        assert_within(&s, 1 << 20);
-        assert!(s.bytes() > 100 * 20 * 16);
-        assert!(s.reset("k0"));
-        assert_within(&s, 1 << 20);
-        clock.advance(Duration::from_secs(3));
-        assert_eq!(s.sweep(), 99);
-        assert_eq!((s.bytes(), s.stats()), (0, MemoryStats::default()));
-    }
-
-    #[test]
-    fn a_full_byte_bound_sweeps_idle_keys_to_make_room() {
-        const MAX: usize = 4096;
-        let clock = ManualClock::new();
-        let s = bounded(&clock, MAX);
-        let rule = Rule::parse("1/1s").unwrap();
-        let mut k = 0;
-        while s.acquire(&format!("k{k}"), &[rule], 1).is_ok() {
-            k += 1;
-        }
-        clock.advance(Duration::from_millis(1001));
-        assert!(s.acquire("newcomer", &[rule], 1).unwrap().allowed());
-        assert_eq!(s.len(), 1);
-        assert_within(&s, MAX);
-    }
-
-    #[test]
-    fn the_rules_cap_replaces_idle_states_and_refuses_otherwise() {
-        let clock = ManualClock::new();
-        let s: MemoryStore<String, ManualClock> = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .max_rules_per_key(2)
-            .build();
-        let second = Rule::parse("5/1s").unwrap();
-        let hour = Rule::parse("5/1h").unwrap();
-        let third = Rule::parse("7/1s").unwrap();
-        s.acquire("k", &[second], 1).unwrap();
-        s.acquire("k", &[hour], 1).unwrap();
-        assert_eq!(
-            s.acquire("k", &[third], 1),
-            Err(Error::TooManyRules { max: 2 })
-        );
-        assert!(!Error::TooManyRules { max: 2 }.is_store_failure());
-        clock.advance(Duration::from_millis(1001));
-        assert!(s.acquire("k", &[third], 1).unwrap().allowed());
-        assert_eq!(s.peek("k", &[hour]).unwrap().remaining(), 4);
-        assert_eq!(s.stats().states, 2);
-    }
-
-    #[test]
-    fn batches_with_many_repeated_keys_add_up_per_key() {
-        let clock = ManualClock::new();
-        let s = store(&clock);
-        let rule = Rule::parse("50/1s").unwrap();
-        let names: Vec<String> = (0..10).map(|k| format!("k{k}")).collect();
-        let hits: Vec<Hit<'_>> = (0..400)
-            .map(|i| Hit::new(names[i % 10].as_str(), rule, 1))
-            .collect();
-        let ds = s.acquire_batch(&hits).unwrap();
-        assert!(ds.iter().all(Decision::allowed));
-        assert_eq!(ds[399].remaining(), 10);
-        assert_eq!(s.peek("k3", &[rule]).unwrap().remaining(), 10);
-        // 11 more on k3 cannot pass together: nothing recorded anywhere.
-        let more: Vec<Hit<'_>> = (0..11).map(|_| Hit::new("k3", rule, 1)).collect();
-        let mut hits = hits[..20].to_vec();
-        hits.extend(more);
-        let ds = s.acquire_batch(&hits).unwrap();
-        assert!(!ds.iter().all(Decision::allowed));
-        assert_eq!(s.peek("k0", &[rule]).unwrap().remaining(), 10);
-    }
-
-    #[test]
-    fn a_denied_decision_keeps_the_state_its_check_moved_as_redis_does() {
-        use crate::{Algorithm, Rate};
-        let t0 = 1_763_800_000_000_000;
-        let clock = ManualClock::at(t0);
-        let s = store(&clock);
-        let fixed = Rule::new(Rate::new(10, Duration::from_micros(968_420)).unwrap())
-            .with_algorithm(Algorithm::FixedWindow);
-        let w = 2_709_207;
-        let counter = Rule::new(Rate::new(3, Duration::from_micros(w)).unwrap())
-            .with_algorithm(Algorithm::SlidingCounter);
-        s.acquire("k", &[fixed], 10).unwrap();
-        // Denied by the fixed window; the counter's window was rolled to t0's.
-        assert!(!s.acquire("k", &[fixed, counter], 1).unwrap().allowed());
-        let back = 3_676_405;
-        clock.set(t0 - back);
-        // The counter's window does not step back with the clock.
-        let d = s.acquire("k", &[counter], 3).unwrap();
-        let start = t0 - t0 % w;
-        assert_eq!(
-            d.reset_after(),
-            Duration::from_micros(start + 2 * w - (t0 - back))
-        );
-    }
-
-    #[test]
-    fn the_background_sweeper_empties_the_store() {
-        let clock = ManualClock::new();
-        let s: MemoryStore<u64, _> = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(Some(Duration::from_millis(10)))
-            .build();
-        let rule = Rule::parse("5/1s").unwrap();
-        for k in 0..1000 {
-            s.acquire(&k, &[rule], 1).unwrap();
-        }
-        clock.advance(Duration::from_secs(2));
-        let start = std::time::Instant::now();
-        while !s.is_empty() && start.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        assert_eq!(s.stats(), MemoryStats::default());
     }
 }

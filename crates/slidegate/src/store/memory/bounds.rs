@@ -54,12 +54,6 @@ impl Bounds {
         self.max_rules
     }
 
-    /// True when no key fits without a sweep (a cheap look before the
-    /// key is copied; [`try_add_key`](Self::try_add_key) decides).
-    pub(crate) fn keys_full(&self) -> bool {
-        self.keys() >= self.max_keys
-    }
-
     /// Takes one key and `bytes` bytes for it, or neither.
     pub(crate) fn try_add_key(&self, bytes: usize) -> Result<(), Error> {
         self.keys

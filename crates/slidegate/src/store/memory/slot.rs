@@ -1,104 +1,219 @@
-//! The state of one key: one algorithm state per rule, behind one lock, and
-//! the all-or-nothing decision over several of them.
+//! What the map holds per key: the state of its one rule in 40 bytes, so
+//! that the key and its state share one cache line, or the states of
+//! several rules in a box.
+//!
+//! A slot refers to its rule by a 2-byte index into its shard's
+//! [`RuleTable`] and keeps:
+//!
+//! - a sliding log inline ([`InlineLog`]), or with its entries in a ring
+//!   and its summary inline ([`SpilledLog`]);
+//! - the state of a GCRA, fixed window or sliding counter rule, as is;
+//! - or, for keys with several rules (and rules a slot has no compact form
+//!   for: sliding logs of windows over an hour or limits over `u32::MAX`,
+//!   rules that found their shard's table full), [`KeyStates`] in a box.
 //!
 //! Every byte a key's states take or give back is counted in the store's
-//! [`Bounds`] here, where it happens: a state added or replaced, a sliding
-//! log's buffer grown (asked for first, so the count never passes the
-//! bound) or shrunk. Checks and denials never grow anything.
+//! [`Bounds`] here, where it happens; growth is asked for first, so the
+//! count never passes the bound. Checks and denials never grow anything.
 
-use std::collections::HashMap;
 use std::mem::size_of;
 
-use parking_lot::Mutex;
-
 use super::bounds::Bounds;
-use crate::algorithm::{Meter, SlidingLog, State};
+use super::log::{
+    INLINE, Inline, InlineLog, Spilled, SpilledLog, UNSPILL_AT, inline_cost_bits, ring_fits,
+};
+use super::rules::{RuleId, RuleTable};
+use super::states::{KeyStates, check_held, make_room_in};
+use crate::Algorithm;
+
+#[cfg(test)]
+mod tests;
+use crate::algorithm::sliding_log::{self, LogEntries, effective_now};
+use crate::algorithm::{FixedWindow, Gcra, Meter, SlidingCounter, SlidingLog, State};
 use crate::decision::Decision;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::rate::{Rate, Rule};
 
-/// What the map holds per key.
-#[derive(Debug, Default)]
-pub(crate) struct Slot {
-    pub(crate) states: Mutex<KeyStates>,
+/// The state of one key. 40 bytes: with a key of up to 24 bytes (a
+/// `String`, a `u64`), one 64-byte cache line per key.
+#[derive(Debug)]
+pub(crate) enum Slot {
+    /// No state yet: a key made room for by a request that then failed.
+    Empty {
+        key_bytes: u32,
+    },
+    /// A sliding log of `len` entries, all in the slot.
+    Inline {
+        rule: RuleId,
+        len: u8,
+        key_bytes: u32,
+        log: InlineLog,
+    },
+    /// A sliding log whose entries are in a ring.
+    Spilled {
+        rule: RuleId,
+        usage: u32,
+        log: SpilledLog,
+    },
+    Gcra {
+        rule: RuleId,
+        key_bytes: u32,
+        state: Gcra,
+    },
+    Fixed {
+        rule: RuleId,
+        key_bytes: u32,
+        state: FixedWindow,
+    },
+    Counter {
+        rule: RuleId,
+        key_bytes: u32,
+        state: SlidingCounter,
+    },
+    Many(Box<KeyStates>),
+}
+
+const _: () = assert!(
+    size_of::<Slot>() == 40,
+    "a slot and a 24-byte key fill one cache line"
+);
+
+/// The bytes a key costs besides its states' heap: its map entry (the key,
+/// the slot, padded to a cache line, and the hash table's control byte)
+/// and the key's own bytes (`size_of_val` of the key as given: the text of
+/// a string key). Saturates at `u32::MAX`, and is counted as saturated.
+pub(crate) fn key_bytes<E, Q: ?Sized>(key: &Q) -> u32 {
+    let bytes = size_of::<E>() + 1 + std::mem::size_of_val(key);
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
+/// The state of one rule of a slot, borrowed.
+pub(crate) enum StateMut<'a> {
+    Inline(Inline<'a>),
+    Spilled(Spilled<'a>),
+    Gcra(&'a mut Gcra),
+    Fixed(&'a mut FixedWindow),
+    Counter(&'a mut SlidingCounter),
+    Boxed(&'a mut State),
+}
+
+impl StateMut<'_> {
+    /// What a request of `cost` would get, recording nothing.
+    pub(crate) fn check(&mut self, rule: Rule, now: u64, cost: u64, bounds: &Bounds) -> Decision {
+        let rate = rule.rate();
+        match self {
+            StateMut::Inline(log) => sliding_log::check(log, rate, now, cost),
+            StateMut::Spilled(log) => {
+                // A check may shrink a ring whose entries expired.
+                let before = log.heap_bytes();
+                let decision = sliding_log::check(log, rate, now, cost);
+                bounds.settle(before, 0, log.heap_bytes());
+                decision
+            }
+            StateMut::Gcra(state) => state.check(rate, now, cost),
+            StateMut::Fixed(state) => state.check(rate, now, cost),
+            StateMut::Counter(state) => state.check(rate, now, cost),
+            StateMut::Boxed(state) => check_held(state, rule, now, cost, bounds),
+        }
+    }
 }
 
 impl Slot {
-    /// The slot of a new key that costs `key_bytes` (see [`key_bytes`]).
-    pub(crate) fn new(key_bytes: usize) -> Slot {
-        Slot {
-            states: Mutex::new(KeyStates {
-                key_bytes,
-                ..KeyStates::default()
-            }),
-        }
+    /// The slot of a new key that costs `key_bytes` ([`key_bytes`]).
+    pub(crate) fn empty(key_bytes: u32) -> Slot {
+        Slot::Empty { key_bytes }
     }
-}
 
-/// The bytes a key costs besides its states' heap: its map entry (the key,
-/// the slot, and the hash table's control byte) and the key's own bytes
-/// (`size_of_val` of the key as given: the text of a string key).
-pub(crate) fn key_bytes<K, Q: ?Sized>(key: &Q) -> usize {
-    size_of::<(K, Slot)>() + 1 + std::mem::size_of_val(key)
-}
+    /// What the key itself costs ([`key_bytes`]).
+    pub(crate) fn key_bytes(&self) -> usize {
+        let bytes = match self {
+            Slot::Empty { key_bytes }
+            | Slot::Inline { key_bytes, .. }
+            | Slot::Gcra { key_bytes, .. }
+            | Slot::Fixed { key_bytes, .. }
+            | Slot::Counter { key_bytes, .. } => *key_bytes,
+            Slot::Spilled { log, .. } => log.key_bytes(),
+            Slot::Many(states) => states.key_bytes(),
+        };
+        bytes as usize
+    }
 
-type RuleState = (Rule, State);
-
-/// The states of one key, one per rule it was used with. Most keys have one
-/// rule, kept inline; more spill into a vector.
-///
-/// A key holds at most `max_rules` states, so finding a rule's state is a
-/// scan of at most that many (16 by default): cheaper than hashing at that
-/// size, and no caller can make it longer.
-#[derive(Debug, Default)]
-pub(crate) struct KeyStates {
-    first: Option<RuleState>,
-    /// Boxed: rare, and one pointer (not a 24-byte `Vec`) keeps the common
-    /// slot small enough to stay in cache with many keys.
-    #[allow(clippy::box_collection)]
-    rest: Option<Box<Vec<RuleState>>>,
-    /// What the key itself costs ([`key_bytes`]), given back with it.
-    key_bytes: usize,
-}
-
-impl KeyStates {
-    fn position(&self, rule: Rule) -> Option<usize> {
-        match &self.first {
-            Some((r, _)) if *r == rule => Some(0),
-            Some(_) => self
-                .rest
-                .as_ref()?
-                .iter()
-                .position(|(r, _)| *r == rule)
-                .map(|i| i + 1),
-            None => None,
+    /// Heap bytes held by the states (a ring, or the box of several).
+    pub(crate) fn heap_bytes(&self) -> usize {
+        match self {
+            Slot::Spilled { log, .. } => log.heap_bytes(),
+            Slot::Many(states) => states.heap_bytes(),
+            _ => 0,
         }
     }
 
-    fn state_at(&mut self, index: usize) -> Option<&mut State> {
-        if index == 0 {
-            self.first.as_mut().map(|(_, s)| s)
-        } else {
-            self.rest.as_mut()?.get_mut(index - 1).map(|(_, s)| s)
+    /// Every byte the store counts for this key.
+    pub(crate) fn bytes(&self) -> usize {
+        self.key_bytes() + self.heap_bytes()
+    }
+
+    /// The rule of a slot holding one, as its index.
+    pub(crate) fn rule_id(&self) -> Option<RuleId> {
+        match self {
+            Slot::Inline { rule, .. }
+            | Slot::Spilled { rule, .. }
+            | Slot::Gcra { rule, .. }
+            | Slot::Fixed { rule, .. }
+            | Slot::Counter { rule, .. } => Some(*rule),
+            Slot::Empty { .. } | Slot::Many(_) => None,
         }
     }
 
-    #[inline]
-    fn state_mut(&mut self, rule: Rule) -> Option<&mut State> {
-        let index = self.position(rule)?;
-        self.state_at(index)
-    }
-
-    /// What a request of `cost` would get under `rule`, recording nothing
-    /// (a missing state is seen as a fresh one and not kept).
-    fn check(&mut self, rule: Rule, now: u64, cost: u64, bounds: &Bounds) -> Decision {
-        match self.state_mut(rule) {
-            Some(state) => check_held(state, rule, now, cost, bounds),
-            None => State::new(rule.algorithm()).check(rule.rate(), now, cost),
+    /// Points the slot's rule index at its new place ([`RuleTable::compact`]).
+    pub(crate) fn renumber(&mut self, renumbered: &[RuleId]) {
+        if let Slot::Inline { rule, .. }
+        | Slot::Spilled { rule, .. }
+        | Slot::Gcra { rule, .. }
+        | Slot::Fixed { rule, .. }
+        | Slot::Counter { rule, .. } = self
+        {
+            *rule = renumbered[usize::from(*rule)];
         }
     }
 
-    /// One rule, the common case.
+    /// True when the slot holds a state for `rule`.
+    fn holds(&self, rule: Rule, rules: &RuleTable) -> bool {
+        match self {
+            Slot::Empty { .. } => false,
+            Slot::Many(states) => states.holds(rule),
+            one => one.rule_id().is_some_and(|id| rules.is(id, rule)),
+        }
+    }
+
+    /// The state of `rule`, if the slot holds one.
+    pub(crate) fn state_mut(&mut self, rule: Rule, rules: &RuleTable) -> Option<StateMut<'_>> {
+        let rate = rule.rate();
+        match self {
+            Slot::Inline {
+                rule: id, len, log, ..
+            } if rules.is(*id, rule) => {
+                Some(StateMut::Inline(Inline::new(len, log, cost_bits(rate))))
+            }
+            Slot::Spilled {
+                rule: id,
+                usage,
+                log,
+            } if rules.is(*id, rule) => Some(StateMut::Spilled(Spilled::new(usage, log))),
+            Slot::Gcra {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => Some(StateMut::Gcra(state)),
+            Slot::Fixed {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => Some(StateMut::Fixed(state)),
+            Slot::Counter {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => Some(StateMut::Counter(state)),
+            Slot::Many(states) => states.state_mut(rule).map(StateMut::Boxed),
+            _ => None,
+        }
+    }
+
+    /// One rule, the common case: check, then, if allowed, record.
     #[inline]
     pub(crate) fn decide_one(
         &mut self,
@@ -106,525 +221,485 @@ impl KeyStates {
         now: u64,
         cost: u64,
         bounds: &Bounds,
+        rules: &mut RuleTable,
     ) -> Result<Decision> {
-        match self.state_mut(rule) {
-            Some(state) => decide_in(state, rule, now, cost, bounds),
-            None if cost == 0 => Ok(State::new(rule.algorithm()).check(rule.rate(), now, 0)),
-            None => {
-                let state = self.add(rule, now, bounds, |_| false)?;
-                decide_in(state, rule, now, cost, bounds)
+        let rate = rule.rate();
+        match self {
+            Slot::Inline {
+                rule: id, len, log, ..
+            } if rules.is(*id, rule) => {
+                let mut log = Inline::new(len, log, cost_bits(rate));
+                let decision = sliding_log::check(&mut log, rate, now, cost);
+                if decision.allowed() && cost > 0 {
+                    let t = effective_now(&log, now);
+                    if !log.fits(t, cost) {
+                        self.spill(rule, bounds)?;
+                        self.record(rule, now, cost, bounds, rules);
+                        return Ok(decision);
+                    }
+                    log.push(t, cost);
+                }
+                Ok(decision)
             }
+            Slot::Spilled {
+                rule: id,
+                usage,
+                log,
+            } if rules.is(*id, rule) => {
+                let decision = decide_in_ring(usage, log, rate, now, cost, bounds)?;
+                if *usage <= UNSPILL_AT {
+                    self.unspill(rate, bounds);
+                }
+                Ok(decision)
+            }
+            Slot::Gcra {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => Ok(state.decide(rate, now, cost)),
+            Slot::Fixed {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => Ok(state.decide(rate, now, cost)),
+            Slot::Counter {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => Ok(state.decide(rate, now, cost)),
+            Slot::Many(states) => states.decide_one(rule, now, cost, bounds),
+            _ => self.decide_new(rule, now, cost, bounds, rules),
         }
     }
 
-    /// What a request of `cost` would get under each rule, recording nothing.
-    pub(crate) fn dry_run(
+    /// [`decide_one`](Self::decide_one) for a rule the slot does not hold.
+    #[cold]
+    #[inline(never)]
+    fn decide_new(
         &mut self,
-        rules: &[Rule],
+        rule: Rule,
         now: u64,
         cost: u64,
         bounds: &Bounds,
-    ) -> Vec<Decision> {
-        rules
-            .iter()
-            .map(|&rule| self.check(rule, now, cost, bounds))
-            .collect()
+        rules: &mut RuleTable,
+    ) -> Result<Decision> {
+        if cost == 0 {
+            return Ok(State::new(rule.algorithm()).check(rule.rate(), now, 0));
+        }
+        self.add(rule, now, bounds, rules, |_| false)?;
+        self.decide_one(rule, now, cost, bounds, rules)
     }
 
-    /// Adds a fresh state for `rule`, which the key does not hold: in a new
-    /// place, or, when the key holds `max_rules` states, in place of an idle
-    /// one (equivalent to a fresh one, so dropping it changes no answer)
-    /// whose rule `keep` does not name.
+    /// What a request of `cost` would get under `rule`, recording nothing
+    /// (a missing state is seen as a fresh one and not kept).
+    pub(crate) fn check(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        cost: u64,
+        bounds: &Bounds,
+        rules: &RuleTable,
+    ) -> Decision {
+        match self.state_mut(rule, rules) {
+            Some(mut state) => state.check(rule, now, cost, bounds),
+            None => State::new(rule.algorithm()).check(rule.rate(), now, cost),
+        }
+    }
+
+    /// The state of `rule`, added if the slot does not hold it; see
+    /// [`add`](Self::add) for `keep`.
+    pub(crate) fn state_or_add(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        bounds: &Bounds,
+        rules: &mut RuleTable,
+        keep: impl Fn(Rule) -> bool,
+    ) -> Result<StateMut<'_>> {
+        if !self.holds(rule, rules) {
+            self.add(rule, now, bounds, rules, keep)?;
+        }
+        match self.state_mut(rule, rules) {
+            Some(state) => Ok(state),
+            None => unreachable!("the state of the rule was just added"),
+        }
+    }
+
+    /// Adds a fresh state for `rule`, which the slot does not hold. A key
+    /// at `max_rules` states puts it in place of an idle one (equivalent
+    /// to a fresh one, so dropping it changes no answer) whose rule `keep`
+    /// does not name, or fails with [`Error::TooManyRules`](crate::Error::TooManyRules).
     fn add(
         &mut self,
         rule: Rule,
         now: u64,
         bounds: &Bounds,
-        keep: impl Fn(Rule) -> bool,
-    ) -> Result<&mut State> {
-        let fresh = (rule, State::new(rule.algorithm()));
-        if self.first.is_none() {
-            return Ok(&mut self.first.insert(fresh).1);
-        }
-        let spilled = self.rest.as_ref().map_or(0, |rest| rest.len());
-        if 1 + spilled >= bounds.max_rules() {
-            return self.replace_idle(fresh, now, bounds, keep);
-        }
-        let capacity = self.rest.as_ref().map_or(0, |rest| rest.capacity());
-        if spilled == capacity {
-            // `spilled + 1 < max_rules` here, so the new capacity has room.
-            let grown = capacity
-                .saturating_mul(2)
-                .max(4)
-                .min(bounds.max_rules() - 1);
-            let before = self.rest_bytes();
-            let boxed = if self.rest.is_none() {
-                size_of::<Vec<RuleState>>()
-            } else {
-                0
-            };
-            let charge = boxed + (grown - capacity) * size_of::<RuleState>();
-            bounds.try_charge(charge)?;
-            self.rest
-                .get_or_insert_with(Box::default)
-                .reserve_exact(grown - spilled);
-            bounds.settle(before, charge, self.rest_bytes());
-        }
-        let rest = self.rest.get_or_insert_with(Box::default);
-        rest.push(fresh);
-        match rest.last_mut() {
-            Some((_, state)) => Ok(state),
-            None => unreachable!("a state was just pushed"),
-        }
-    }
-
-    /// Puts `fresh` in place of the first idle state whose rule `keep`
-    /// does not name.
-    fn replace_idle(
-        &mut self,
-        fresh: RuleState,
-        now: u64,
-        bounds: &Bounds,
-        keep: impl Fn(Rule) -> bool,
-    ) -> Result<&mut State> {
-        let spilled = self.rest.iter_mut().flat_map(|rest| rest.iter_mut());
-        let idle = self
-            .first
-            .iter_mut()
-            .chain(spilled)
-            .find(|(rule, state)| !keep(*rule) && state.is_idle(rule.rate(), now))
-            .ok_or_else(|| bounds.rules_error())?;
-        bounds.credit(idle.1.heap_bytes());
-        *idle = fresh;
-        Ok(&mut idle.1)
-    }
-
-    /// The state of `rule`, added if the key does not hold it; see
-    /// [`add`](Self::add) for `keep`.
-    fn state_or_add(
-        &mut self,
-        rule: Rule,
-        now: u64,
-        bounds: &Bounds,
-        keep: impl Fn(Rule) -> bool,
-    ) -> Result<&mut State> {
-        match self.position(rule) {
-            Some(index) => match self.state_at(index) {
-                Some(state) => Ok(state),
-                None => unreachable!("position() returned an index that exists"),
-            },
-            None => self.add(rule, now, bounds, keep),
-        }
-    }
-
-    /// Makes sure the state of `rule` exists and can record one admission
-    /// at `now` without allocating; see [`add`](Self::add) for `keep`.
-    fn make_room(
-        &mut self,
-        rule: Rule,
-        now: u64,
-        bounds: &Bounds,
+        rules: &mut RuleTable,
         keep: impl Fn(Rule) -> bool,
     ) -> Result<()> {
-        let state = self.state_or_add(rule, now, bounds, keep)?;
-        let growth = state.record_growth(now);
-        if growth > 0 {
-            let before = state.heap_bytes();
-            bounds.try_charge(growth)?;
-            state.grow_for_record();
-            bounds.settle(before, growth, state.heap_bytes());
+        match self {
+            Slot::Empty { key_bytes } => {
+                *self = Slot::fresh(rule, *key_bytes, bounds, rules)?;
+                Ok(())
+            }
+            Slot::Many(states) => states.add(rule, now, bounds, keep).map(drop),
+            _ if bounds.max_rules() == 1 => {
+                let Some(held) = self.rule_id().map(|id| rules.get(id)) else {
+                    unreachable!("a slot of one rule")
+                };
+                if keep(held) || !self.is_idle(now, rules) {
+                    return Err(bounds.rules_error());
+                }
+                let freed = self.heap_bytes();
+                *self = Slot::fresh(rule, self.key_bytes() as u32, bounds, rules)?;
+                bounds.credit(freed);
+                Ok(())
+            }
+            _ => {
+                self.box_states(bounds, rules)?;
+                match self {
+                    Slot::Many(states) => states.add(rule, now, bounds, keep).map(drop),
+                    _ => unreachable!("the slot was just made one of several rules"),
+                }
+            }
         }
+    }
+
+    /// The slot of a fresh state for `rule`, in its compact form when it
+    /// has one and the shard's table takes the rule.
+    fn fresh(rule: Rule, key_bytes: u32, bounds: &Bounds, rules: &mut RuleTable) -> Result<Slot> {
+        let compact = match rule.algorithm() {
+            Algorithm::SlidingLog => inline_cost_bits(rule.rate()).is_some() || ring_fits(rule),
+            _ => true,
+        };
+        if let Some(id) = compact.then(|| rules.intern(rule)).flatten() {
+            return Ok(match rule.algorithm() {
+                Algorithm::SlidingLog if inline_cost_bits(rule.rate()).is_some() => Slot::Inline {
+                    rule: id,
+                    len: 0,
+                    key_bytes,
+                    log: InlineLog::default(),
+                },
+                Algorithm::SlidingLog => {
+                    bounds.try_charge(SpilledLog::bytes_for(0))?;
+                    Slot::Spilled {
+                        rule: id,
+                        usage: 0,
+                        log: SpilledLog::new(key_bytes, 0),
+                    }
+                }
+                Algorithm::Gcra => Slot::Gcra {
+                    rule: id,
+                    key_bytes,
+                    state: Gcra::default(),
+                },
+                Algorithm::FixedWindow => Slot::Fixed {
+                    rule: id,
+                    key_bytes,
+                    state: FixedWindow::default(),
+                },
+                Algorithm::SlidingCounter => Slot::Counter {
+                    rule: id,
+                    key_bytes,
+                    state: SlidingCounter::default(),
+                },
+            });
+        }
+        bounds.try_charge(KeyStates::bytes_for(1))?;
+        let first = (rule, State::new(rule.algorithm()));
+        Ok(Slot::Many(Box::new(KeyStates::with(first, key_bytes, 1))))
+    }
+
+    /// Turns a slot of one rule into one of several, its state kept.
+    fn box_states(&mut self, bounds: &Bounds, rules: &RuleTable) -> Result<()> {
+        let Some(held) = self.rule_id().map(|id| rules.get(id)) else {
+            return Ok(());
+        };
+        let state = match self {
+            Slot::Inline { len, log, .. } => {
+                let admissions = log.admissions(*len, cost_bits(held.rate()));
+                State::SlidingLog(SlidingLog::from_admissions(admissions))
+            }
+            Slot::Spilled { usage, log, .. } => {
+                State::SlidingLog(SlidingLog::from_admissions(log.admissions(*usage)))
+            }
+            Slot::Gcra { state, .. } => State::Gcra(*state),
+            Slot::Fixed { state, .. } => State::FixedWindow(*state),
+            Slot::Counter { state, .. } => State::SlidingCounter(*state),
+            Slot::Empty { .. } | Slot::Many(_) => unreachable!("a slot of one rule"),
+        };
+        let many = KeyStates::with((held, state), self.key_bytes() as u32, 4);
+        let (before, after) = (self.heap_bytes(), many.heap_bytes());
+        let charge = after.saturating_sub(before);
+        bounds.try_charge(charge)?;
+        *self = Slot::Many(Box::new(many));
+        bounds.settle(before, charge, after);
         Ok(())
     }
 
-    /// Records an admission that [`make_room`](Self::make_room) made room for.
-    fn record(&mut self, rule: Rule, now: u64, cost: u64) {
-        if let Some(state) = self.state_mut(rule) {
-            state.record(rule.rate(), now, cost);
+    /// Makes sure the state of `rule` exists and can record admissions of
+    /// `total` cost at `now` (what a batch asks of it) without allocating;
+    /// see [`add`](Self::add) for `keep`.
+    pub(crate) fn make_room(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        total: u64,
+        bounds: &Bounds,
+        rules: &mut RuleTable,
+        keep: impl Fn(Rule) -> bool,
+    ) -> Result<()> {
+        match self.state_or_add(rule, now, bounds, rules, keep)? {
+            StateMut::Inline(log) => {
+                if !log.fits(effective_now(&log, now), total) {
+                    // A ring's first capacity has room for one more entry.
+                    self.spill(rule, bounds)?;
+                }
+                Ok(())
+            }
+            StateMut::Spilled(log) => {
+                let t = effective_now(&log, now);
+                let merges = !log.is_empty() && log.newest_at() == t;
+                match self {
+                    Slot::Spilled { log, .. } => grow_ring(log, merges, rule.limit(), bounds),
+                    _ => unreachable!("the state is the slot's ring"),
+                }
+            }
+            StateMut::Boxed(state) => make_room_in(state, now, bounds),
+            StateMut::Gcra(_) | StateMut::Fixed(_) | StateMut::Counter(_) => Ok(()),
         }
     }
 
-    /// True when every state may be dropped at `now` without changing any answer.
-    pub(crate) fn is_idle(&self, now: u64) -> bool {
-        self.iter()
-            .all(|(rule, state)| state.is_idle(rule.rate(), now))
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &RuleState> {
-        self.first
-            .iter()
-            .chain(self.rest.iter().flat_map(|rest| rest.iter()))
-    }
-
-    fn rest_bytes(&self) -> usize {
-        self.rest.as_ref().map_or(0, |rest| {
-            size_of::<Vec<RuleState>>() + rest.capacity() * size_of::<RuleState>()
-        })
-    }
-
-    /// Heap bytes held by the states (their buffers, and the spilled ones).
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.rest_bytes() + self.iter().map(|(_, s)| s.heap_bytes()).sum::<usize>()
-    }
-
-    /// What the key itself costs ([`key_bytes`]).
-    pub(crate) fn key_bytes(&self) -> usize {
-        self.key_bytes
-    }
-
-    /// Every byte the store counts for this key.
-    pub(crate) fn bytes(&self) -> usize {
-        self.key_bytes + self.heap_bytes()
-    }
-}
-
-/// What a request of `cost` would get from a held state, recording nothing.
-fn check_held(state: &mut State, rule: Rule, now: u64, cost: u64, bounds: &Bounds) -> Decision {
-    // A check may shrink a log whose entries expired.
-    let before = state.heap_bytes();
-    let decision = state.check(rule.rate(), now, cost);
-    bounds.settle(before, 0, state.heap_bytes());
-    decision
-}
-
-/// Check, then, if allowed, grow if need be and record: one rule's whole
-/// decision on a held state. Only a sliding log holds heap, so only its
-/// bytes are followed (one dispatch on the algorithm, as before the bound).
-#[inline]
-fn decide_in(
-    state: &mut State,
-    rule: Rule,
-    now: u64,
-    cost: u64,
-    bounds: &Bounds,
-) -> Result<Decision> {
-    match state {
-        State::SlidingLog(log) => decide_in_log(log, rule.rate(), now, cost, bounds),
-        other => Ok(other.decide(rule.rate(), now, cost)),
-    }
-}
-
-#[inline]
-fn decide_in_log(
-    log: &mut SlidingLog,
-    rate: Rate,
-    now: u64,
-    cost: u64,
-    bounds: &Bounds,
-) -> Result<Decision> {
-    // A check may shrink a log whose entries expired.
-    let before = log.heap_bytes();
-    let decision = log.check(rate, now, cost);
-    if decision.allowed() && cost > 0 {
-        let growth = log.record_growth(now);
-        if growth > 0 {
-            return grow_and_record(log, rate, now, cost, bounds, before, growth)
-                .map(|()| decision);
+    /// Records an admission that [`make_room`](Self::make_room) made room
+    /// for (or that fits as is).
+    pub(crate) fn record(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        cost: u64,
+        bounds: &Bounds,
+        rules: &RuleTable,
+    ) {
+        let rate = rule.rate();
+        match self {
+            Slot::Inline {
+                rule: id, len, log, ..
+            } if rules.is(*id, rule) => {
+                let mut log = Inline::new(len, log, cost_bits(rate));
+                let t = effective_now(&log, now);
+                if log.fits(t, cost) {
+                    return log.push(t, cost);
+                }
+                // Not reached when room was made first; kept exact (and
+                // counted) all the same.
+                self.spill_uncounted(rule, bounds);
+                self.record(rule, now, cost, bounds, rules);
+            }
+            Slot::Spilled {
+                rule: id,
+                usage,
+                log,
+            } if rules.is(*id, rule) => {
+                let ring = Spilled::new(usage, log);
+                let t = effective_now(&ring, now);
+                let merges = !ring.is_empty() && ring.newest_at() == t;
+                if log.growth(merges, rate.limit()) > 0 {
+                    // As above: counted, though room was made first.
+                    let before = log.heap_bytes();
+                    log.grow(rate.limit());
+                    bounds.settle(before, 0, log.heap_bytes());
+                }
+                Spilled::new(usage, log).push(t, cost);
+            }
+            _ => match self.state_mut(rule, rules) {
+                Some(StateMut::Gcra(state)) => state.record(rate, now, cost),
+                Some(StateMut::Fixed(state)) => state.record(rate, now, cost),
+                Some(StateMut::Counter(state)) => state.record(rate, now, cost),
+                Some(StateMut::Boxed(state)) => state.record(rate, now, cost),
+                Some(StateMut::Inline(_) | StateMut::Spilled(_)) | None => {}
+            },
         }
-        log.record(rate, now, cost);
     }
-    let after = log.heap_bytes();
-    if after != before {
-        bounds.settle(before, 0, after);
+
+    /// Moves an inline log to a ring with room for more.
+    #[cold]
+    fn spill(&mut self, rule: Rule, bounds: &Bounds) -> Result<()> {
+        let capacity = spill_capacity(rule);
+        bounds.try_charge(SpilledLog::bytes_for(capacity))?;
+        self.spill_to(rule, capacity);
+        Ok(())
     }
-    Ok(decision)
+
+    #[cold]
+    fn spill_uncounted(&mut self, rule: Rule, bounds: &Bounds) {
+        let capacity = spill_capacity(rule);
+        self.spill_to(rule, capacity);
+        bounds.settle(0, 0, SpilledLog::bytes_for(capacity));
+    }
+
+    fn spill_to(&mut self, rule: Rule, capacity: usize) {
+        if let Slot::Inline {
+            rule: id,
+            len,
+            key_bytes,
+            log,
+        } = self
+        {
+            let admissions = log.admissions(*len, cost_bits(rule.rate()));
+            let (usage, log) = SpilledLog::from_admissions(admissions, *key_bytes, capacity);
+            *self = Slot::Spilled {
+                rule: *id,
+                usage,
+                log,
+            };
+        }
+    }
+
+    /// Moves a ring of few entries back into the slot, when its rule has
+    /// an inline form and the entries fit it.
+    #[cold]
+    fn unspill(&mut self, rate: Rate, bounds: &Bounds) {
+        let Some(bits) = inline_cost_bits(rate) else {
+            return;
+        };
+        let Slot::Spilled { rule, usage, log } = self else {
+            return;
+        };
+        if log.len() > INLINE || log.admissions(*usage).any(|(_, cost)| cost >> bits != 0) {
+            return;
+        }
+        let freed = log.heap_bytes();
+        let (len, inline) = InlineLog::from_admissions(log.admissions(*usage), bits);
+        *self = Slot::Inline {
+            rule: *rule,
+            len,
+            key_bytes: log.key_bytes(),
+            log: inline,
+        };
+        bounds.credit(freed);
+    }
+
+    /// True when every state may be dropped at `now` without changing any
+    /// answer.
+    pub(crate) fn is_idle(&self, now: u64, rules: &RuleTable) -> bool {
+        let rate = |id: &RuleId| rules.get(*id).rate();
+        match self {
+            Slot::Empty { .. } => true,
+            Slot::Inline { rule, len, log, .. } => {
+                *len == 0
+                    || sliding_log::expired(
+                        log.newest_at(*len, cost_bits(rate(rule))),
+                        rate(rule).window_micros(),
+                        now,
+                    )
+            }
+            Slot::Spilled { rule, usage, log } => {
+                *usage == 0
+                    || sliding_log::expired(log.newest_at(), rate(rule).window_micros(), now)
+            }
+            Slot::Gcra { rule, state, .. } => state.is_idle(rate(rule), now),
+            Slot::Fixed { rule, state, .. } => state.is_idle(rate(rule), now),
+            Slot::Counter { rule, state, .. } => state.is_idle(rate(rule), now),
+            Slot::Many(states) => states.is_idle(now),
+        }
+    }
+
+    /// `(states, sliding log entries)` held, for the store's statistics.
+    pub(crate) fn count(&self) -> (usize, usize) {
+        match self {
+            Slot::Empty { .. } => (0, 0),
+            Slot::Inline { len, .. } => (1, usize::from(*len)),
+            Slot::Spilled { log, .. } => (1, log.len()),
+            Slot::Gcra { .. } | Slot::Fixed { .. } | Slot::Counter { .. } => (1, 0),
+            Slot::Many(states) => {
+                states
+                    .iter()
+                    .fold((0, 0), |(n, entries), (_, state)| match state {
+                        State::SlidingLog(log) => (n + 1, entries + log.len()),
+                        _ => (n + 1, entries),
+                    })
+            }
+        }
+    }
+
+    /// The admissions of the sliding log of `rule`, if the slot holds one.
+    pub(crate) fn admissions(&self, rule: Rule, rules: &RuleTable) -> Option<Vec<(u64, u64)>> {
+        match self {
+            Slot::Inline {
+                rule: id, len, log, ..
+            } if rules.is(*id, rule) => {
+                Some(log.admissions(*len, cost_bits(rule.rate())).collect())
+            }
+            Slot::Spilled {
+                rule: id,
+                usage,
+                log,
+            } if rules.is(*id, rule) => Some(log.admissions(*usage).collect()),
+            Slot::Many(states) => states
+                .iter()
+                .find(|(r, _)| *r == rule)
+                .and_then(|(_, state)| match state {
+                    State::SlidingLog(log) => Some(log.entries().collect()),
+                    _ => None,
+                }),
+            _ => None,
+        }
+    }
 }
 
-/// The rest of [`decide_in_log`] when the log must grow to record: rare
-/// (the buffer doubles), so kept out of the common path.
-#[cold]
-fn grow_and_record(
-    log: &mut SlidingLog,
-    rate: Rate,
-    now: u64,
-    cost: u64,
-    bounds: &Bounds,
-    before: usize,
-    growth: usize,
-) -> Result<()> {
-    if let Err(full) = bounds.try_charge(growth) {
-        bounds.settle(before, 0, log.heap_bytes());
-        return Err(full);
+/// The cost bits of an inline log's rule (which has them: checked when
+/// the slot took the rule).
+#[inline]
+fn cost_bits(rate: Rate) -> u32 {
+    u32::BITS.saturating_sub(u64::BITS - rate.window_micros().leading_zeros())
+}
+
+/// The first ring of a log leaving its slot: room for twice the inline
+/// entries, never more than the limit allows.
+fn spill_capacity(rule: Rule) -> usize {
+    let limit = usize::try_from(rule.limit()).unwrap_or(usize::MAX);
+    (2 * INLINE).min(limit).max(INLINE + 1)
+}
+
+/// Grows a ring, if it is full and a new entry is coming, asking the
+/// bound first.
+fn grow_ring(log: &mut SpilledLog, merges: bool, limit: u64, bounds: &Bounds) -> Result<()> {
+    let growth = log.growth(merges, limit);
+    if growth > 0 {
+        let before = log.heap_bytes();
+        bounds.try_charge(growth)?;
+        log.grow(limit);
+        bounds.settle(before, growth, log.heap_bytes());
     }
-    log.grow_for_record();
-    log.record(rate, now, cost);
-    bounds.settle(before, growth, log.heap_bytes());
     Ok(())
 }
 
-/// One hit of a batch, its key given as an index into the locked states.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct LockedHit {
-    pub(crate) key: usize,
-    pub(crate) rule: Rule,
-    pub(crate) cost: u64,
-}
-
-/// Batches up to this many hits are indexed by scanning them: cheaper
-/// than a hash map at that size, and a bounded cost.
-pub(crate) const SCAN_UP_TO: usize = 16;
-
-/// The (key, rule) pairs of a batch, with the costs asked of each so far.
-struct Pairs<'a> {
-    hits: &'a [LockedHit],
-    /// For batches longer than [`SCAN_UP_TO`].
-    totals: Option<HashMap<(usize, Rule), u64, foldhash::fast::RandomState>>,
-}
-
-impl<'a> Pairs<'a> {
-    fn new(hits: &'a [LockedHit]) -> Pairs<'a> {
-        let totals = (hits.len() > SCAN_UP_TO)
-            .then(|| HashMap::with_capacity_and_hasher(hits.len(), Default::default()));
-        Pairs { hits, totals }
-    }
-
-    /// Counts hit `i` and returns the cost asked of its pair by the hits
-    /// up to and including it.
-    fn add(&mut self, i: usize) -> u64 {
-        let hit = self.hits[i];
-        match &mut self.totals {
-            Some(totals) => {
-                let total = totals.entry((hit.key, hit.rule)).or_insert(0);
-                *total = total.saturating_add(hit.cost);
-                *total
-            }
-            None => self.hits[..=i]
-                .iter()
-                .filter(|h| h.key == hit.key && h.rule == hit.rule)
-                .fold(0, |sum: u64, h| sum.saturating_add(h.cost)),
-        }
-    }
-
-    /// True when some hit asks for `rule` on `key`.
-    fn contains(&self, key: usize, rule: Rule) -> bool {
-        match &self.totals {
-            Some(totals) => totals.contains_key(&(key, rule)),
-            None => self.hits.iter().any(|h| h.key == key && h.rule == rule),
-        }
-    }
-}
-
-/// Decides `hits` all-or-nothing over the (locked) states of their keys.
-///
-/// Hits on the same key and rule add up: each is checked with the costs of
-/// the ones before it included, so a batch can never take more than the
-/// limit between them. Room for every admission (longer logs) is made
-/// before any is recorded, so a batch refused for want of room records
-/// nothing either. Linear in the number of hits.
-pub(crate) fn decide_all(
-    keys: &mut [&mut KeyStates],
-    hits: &[LockedHit],
+/// One rule's whole decision on a ring: check, then, if allowed, grow if
+/// need be and record.
+#[inline]
+fn decide_in_ring(
+    usage: &mut u32,
+    log: &mut SpilledLog,
+    rate: Rate,
     now: u64,
+    cost: u64,
     bounds: &Bounds,
-) -> Result<Vec<Decision>> {
-    let mut pairs = Pairs::new(hits);
-    let mut asked = Vec::with_capacity(hits.len());
-    for (i, hit) in hits.iter().enumerate() {
-        let total = pairs.add(i);
-        if total > hit.rule.limit() {
-            return Err(Error::CostExceedsLimit {
-                cost: total,
-                limit: hit.rule.limit(),
-            });
-        }
-        asked.push(if hit.cost == 0 { 0 } else { total });
-    }
-    // A consuming hit's state is added before it is checked, even if the
-    // batch is then denied, as the Redis store does: a check may move a
-    // state's clock (a window rolled forward), which later decisions see
-    // when the clock steps back. A state the batch uses is never replaced
-    // to make room for another.
-    let pairs = &pairs;
-    let keep = |key: usize| move |rule: Rule| pairs.contains(key, rule);
-    let mut decisions = Vec::with_capacity(hits.len());
-    for (hit, &cost) in hits.iter().zip(&asked) {
-        let states = &mut *keys[hit.key];
-        decisions.push(if hit.cost > 0 {
-            let state = states.state_or_add(hit.rule, now, bounds, keep(hit.key))?;
-            check_held(state, hit.rule, now, cost, bounds)
-        } else {
-            states.check(hit.rule, now, cost, bounds)
-        });
-    }
-    if !decisions.iter().all(Decision::allowed) {
-        // Nothing is recorded: the hits that would have passed report the
-        // state as it is.
-        for (hit, decision) in hits.iter().zip(decisions.iter_mut()) {
-            if decision.allowed() && hit.cost > 0 {
-                *decision = keys[hit.key].check(hit.rule, now, 0, bounds);
+) -> Result<Decision> {
+    let before = log.heap_bytes();
+    let mut ring = Spilled::new(usage, log);
+    let decision = sliding_log::check(&mut ring, rate, now, cost);
+    let mut charged = 0;
+    if decision.allowed() && cost > 0 {
+        let t = effective_now(&ring, now);
+        let merges = !ring.is_empty() && ring.newest_at() == t;
+        let growth = log.growth(merges, rate.limit());
+        if growth > 0 {
+            if let Err(full) = bounds.try_charge(growth) {
+                bounds.settle(before, 0, log.heap_bytes());
+                return Err(full);
             }
+            log.grow(rate.limit());
+            charged = growth;
         }
-        return Ok(decisions);
+        Spilled::new(usage, log).push(t, cost);
     }
-    let consuming = || hits.iter().filter(|h| h.cost > 0);
-    for hit in consuming() {
-        keys[hit.key].make_room(hit.rule, now, bounds, keep(hit.key))?;
+    let after = log.heap_bytes();
+    if after != before + charged {
+        bounds.settle(before, charged, after);
     }
-    for hit in consuming() {
-        keys[hit.key].record(hit.rule, now, hit.cost);
-    }
-    Ok(decisions)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(text: &str) -> Rule {
-        Rule::parse(text).unwrap()
-    }
-
-    /// Rules `1/1s`, `2/1s`, ... : distinct rules of one window.
-    fn nth_rule(n: u64) -> Rule {
-        rule(&format!("{}/1s", n + 1))
-    }
-
-    #[test]
-    fn a_new_rule_at_the_cap_replaces_an_idle_state() {
-        let bounds = Bounds::new(10, usize::MAX, 2);
-        let mut key = KeyStates::default();
-        key.decide_one(nth_rule(0), 0, 1, &bounds).unwrap();
-        key.decide_one(nth_rule(1), 500_000, 1, &bounds).unwrap();
-        // At 1.2 s rule 0's admission (at 0) is more than a window old.
-        let third = key.decide_one(nth_rule(2), 1_200_000, 1, &bounds).unwrap();
-        assert!(third.allowed());
-        let held: Vec<Rule> = key.iter().map(|(r, _)| *r).collect();
-        assert_eq!(held, [nth_rule(2), nth_rule(1)]);
-        assert_eq!(key.heap_bytes(), bounds.bytes(), "the count follows");
-    }
-
-    #[test]
-    fn a_new_rule_at_the_cap_is_refused_when_none_is_idle() {
-        let bounds = Bounds::new(10, usize::MAX, 2);
-        let mut key = KeyStates::default();
-        key.decide_one(nth_rule(0), 0, 1, &bounds).unwrap();
-        key.decide_one(nth_rule(1), 0, 1, &bounds).unwrap();
-        assert_eq!(
-            key.decide_one(nth_rule(2), 1_000, 1, &bounds),
-            Err(Error::TooManyRules { max: 2 })
-        );
-        // Probes of a new rule need no state and are answered.
-        assert!(
-            key.decide_one(nth_rule(2), 1_000, 0, &bounds)
-                .unwrap()
-                .allowed()
-        );
-        // The held rules are served as before.
-        assert_eq!(
-            key.decide_one(nth_rule(1), 1_000, 1, &bounds)
-                .map(|d| d.remaining()),
-            Ok(0)
-        );
-        assert_eq!(key.iter().count(), 2);
-    }
-
-    #[test]
-    fn a_batch_never_replaces_a_state_it_uses() {
-        let bounds = Bounds::new(10, usize::MAX, 2);
-        let mut key = KeyStates::default();
-        // Both idle by 2 s.
-        key.decide_one(nth_rule(0), 0, 1, &bounds).unwrap();
-        key.decide_one(nth_rule(1), 0, 1, &bounds).unwrap();
-        let batch = |rules: &[Rule]| -> Vec<LockedHit> {
-            rules
-                .iter()
-                .map(|&rule| LockedHit {
-                    key: 0,
-                    rule,
-                    cost: 1,
-                })
-                .collect()
-        };
-        // Three distinct rules cannot fit two places, even though both
-        // held states are idle.
-        let three = batch(&[nth_rule(2), nth_rule(0), nth_rule(1)]);
-        assert_eq!(
-            decide_all(&mut [&mut key], &three, 2_000_000, &bounds),
-            Err(Error::TooManyRules { max: 2 })
-        );
-        // Two fit: rule 5 replaces the idle rule 1, rule 0 keeps its place.
-        let two = batch(&[nth_rule(5), nth_rule(0)]);
-        let ds = decide_all(&mut [&mut key], &two, 2_000_000, &bounds).unwrap();
-        assert!(ds.iter().all(Decision::allowed));
-        let mut held: Vec<Rule> = key.iter().map(|(r, _)| *r).collect();
-        held.sort_by_key(|r| r.limit());
-        assert_eq!(held, [nth_rule(0), nth_rule(5)]);
-    }
-
-    #[test]
-    fn a_log_that_cannot_grow_refuses_and_records_nothing() {
-        let r = rule("1000/1h");
-        // Room for the first buffer of 4 entries (64 bytes), not the next.
-        let bounds = Bounds::new(10, 64, 16);
-        let mut key = KeyStates::default();
-        for t in 0..4 {
-            assert!(key.decide_one(r, t, 1, &bounds).unwrap().allowed());
-        }
-        assert_eq!(bounds.bytes(), 64);
-        assert_eq!(key.decide_one(r, 4, 1, &bounds), Err(bounds.bytes_error()));
-        // Same microsecond as the newest entry: merged, no growth needed.
-        assert!(key.decide_one(r, 3, 1, &bounds).unwrap().allowed());
-        assert_eq!(key.check(r, 5, 0, &bounds).remaining(), 1000 - 5);
-        assert_eq!(key.heap_bytes(), 64);
-    }
-
-    #[test]
-    fn a_batch_refused_for_room_records_nothing() {
-        let (a, b) = (rule("100/1h"), rule("200/1h"));
-        // Both states fit (the second spills: a vector of 4), and one log
-        // of 4 entries (64 bytes), not two.
-        let spill = size_of::<Vec<RuleState>>() + 4 * size_of::<RuleState>();
-        let bounds = Bounds::new(10, spill + 64 + 32, 16);
-        let mut key = KeyStates::default();
-        let hits = [
-            LockedHit {
-                key: 0,
-                rule: a,
-                cost: 1,
-            },
-            LockedHit {
-                key: 0,
-                rule: b,
-                cost: 1,
-            },
-        ];
-        assert_eq!(
-            decide_all(&mut [&mut key], &hits, 0, &bounds),
-            Err(bounds.bytes_error())
-        );
-        assert_eq!(key.iter().count(), 2, "refused at the logs, not the states");
-        assert_eq!(key.check(a, 0, 0, &bounds).remaining(), 100);
-        assert_eq!(key.check(b, 0, 0, &bounds).remaining(), 200);
-        assert_eq!(key.heap_bytes(), bounds.bytes());
-    }
-
-    #[test]
-    fn long_batches_add_up_costs_per_key_and_rule() {
-        let bounds = Bounds::new(10, usize::MAX, 16);
-        let (mut x, mut y) = (KeyStates::default(), KeyStates::default());
-        let r = rule("30/1s");
-        // 40 hits over two keys, alternating: 20 units each.
-        let hits: Vec<LockedHit> = (0..40)
-            .map(|i| LockedHit {
-                key: i % 2,
-                rule: r,
-                cost: 1,
-            })
-            .collect();
-        let ds = decide_all(&mut [&mut x, &mut y], &hits, 0, &bounds).unwrap();
-        assert_eq!(ds[38].remaining(), 10);
-        assert_eq!(ds[39].remaining(), 10);
-        // 11 more on one key: 20 + 11 > 30.
-        let over: Vec<LockedHit> = (0..11)
-            .map(|_| LockedHit {
-                key: 1,
-                rule: r,
-                cost: 1,
-            })
-            .collect();
-        assert_eq!(
-            decide_all(&mut [&mut x, &mut y], &over, 0, &bounds).map(|ds| ds[10].allowed()),
-            Ok(false)
-        );
-    }
+    Ok(decision)
 }

@@ -1,0 +1,147 @@
+//! The all-or-nothing decision over several (key, rule) hits whose keys'
+//! shards are locked.
+
+use std::collections::HashMap;
+
+use super::bounds::Bounds;
+use super::rules::RuleTable;
+use super::slot::Slot;
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::rate::Rule;
+
+/// One hit of a batch, its key given as an index into the locked slots.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LockedHit {
+    pub(crate) key: usize,
+    pub(crate) rule: Rule,
+    pub(crate) cost: u64,
+}
+
+/// Batches up to this many hits are indexed by scanning them: cheaper
+/// than a hash map at that size, and a bounded cost.
+pub(crate) const SCAN_UP_TO: usize = 16;
+
+/// The slots of a batch's keys, with their shards' rule tables.
+pub(crate) struct Locked<'a, 'b> {
+    /// One per distinct key.
+    pub(crate) slots: &'a mut [Slot],
+    /// One per locked shard.
+    pub(crate) tables: &'a mut [&'b mut RuleTable],
+    /// For each slot, its shard's table.
+    pub(crate) table_of: &'a [usize],
+}
+
+impl Locked<'_, '_> {
+    fn get(&mut self, key: usize) -> (&mut Slot, &mut RuleTable) {
+        (&mut self.slots[key], &mut *self.tables[self.table_of[key]])
+    }
+}
+
+/// The (key, rule) pairs of a batch, with the costs asked of each so far.
+struct Pairs<'a> {
+    hits: &'a [LockedHit],
+    /// For batches longer than [`SCAN_UP_TO`].
+    totals: Option<HashMap<(usize, Rule), u64, foldhash::fast::RandomState>>,
+}
+
+impl<'a> Pairs<'a> {
+    fn new(hits: &'a [LockedHit]) -> Pairs<'a> {
+        let totals = (hits.len() > SCAN_UP_TO)
+            .then(|| HashMap::with_capacity_and_hasher(hits.len(), Default::default()));
+        Pairs { hits, totals }
+    }
+
+    /// Counts hit `i` and returns the cost asked of its pair by the hits
+    /// up to and including it.
+    fn add(&mut self, i: usize) -> u64 {
+        let hit = self.hits[i];
+        match &mut self.totals {
+            Some(totals) => {
+                let total = totals.entry((hit.key, hit.rule)).or_insert(0);
+                *total = total.saturating_add(hit.cost);
+                *total
+            }
+            None => self.hits[..=i]
+                .iter()
+                .filter(|h| h.key == hit.key && h.rule == hit.rule)
+                .fold(0, |sum: u64, h| sum.saturating_add(h.cost)),
+        }
+    }
+
+    /// True when some hit asks for `rule` on `key`.
+    fn contains(&self, key: usize, rule: Rule) -> bool {
+        match &self.totals {
+            Some(totals) => totals.contains_key(&(key, rule)),
+            None => self.hits.iter().any(|h| h.key == key && h.rule == rule),
+        }
+    }
+}
+
+/// Decides `hits` all-or-nothing over the (locked) slots of their keys.
+///
+/// Hits on the same key and rule add up: each is checked with the costs of
+/// the ones before it included, so a batch can never take more than the
+/// limit between them. Room for every admission (longer logs) is made
+/// before any is recorded, so a batch refused for want of room records
+/// nothing either. Linear in the number of hits.
+pub(crate) fn decide_all(
+    keys: &mut Locked<'_, '_>,
+    hits: &[LockedHit],
+    now: u64,
+    bounds: &Bounds,
+) -> Result<Vec<Decision>> {
+    let mut pairs = Pairs::new(hits);
+    let mut asked = Vec::with_capacity(hits.len());
+    for (i, hit) in hits.iter().enumerate() {
+        let total = pairs.add(i);
+        if total > hit.rule.limit() {
+            return Err(Error::CostExceedsLimit {
+                cost: total,
+                limit: hit.rule.limit(),
+            });
+        }
+        asked.push(if hit.cost == 0 { 0 } else { total });
+    }
+    // A consuming hit's state is added before it is checked, even if the
+    // batch is then denied, as the Redis store does: a check may move a
+    // state's clock (a window rolled forward), which later decisions see
+    // when the clock steps back. A state the batch uses is never replaced
+    // to make room for another.
+    let pairs = &pairs;
+    let keep = |key: usize| move |rule: Rule| pairs.contains(key, rule);
+    let mut decisions = Vec::with_capacity(hits.len());
+    for (hit, &cost) in hits.iter().zip(&asked) {
+        let (slot, rules) = keys.get(hit.key);
+        decisions.push(if hit.cost > 0 {
+            let mut state = slot.state_or_add(hit.rule, now, bounds, rules, keep(hit.key))?;
+            state.check(hit.rule, now, cost, bounds)
+        } else {
+            slot.check(hit.rule, now, cost, bounds, rules)
+        });
+    }
+    if !decisions.iter().all(Decision::allowed) {
+        // Nothing is recorded: the hits that would have passed report the
+        // state as it is.
+        for (hit, decision) in hits.iter().zip(decisions.iter_mut()) {
+            if decision.allowed() && hit.cost > 0 {
+                let (slot, rules) = keys.get(hit.key);
+                *decision = slot.check(hit.rule, now, 0, bounds, rules);
+            }
+        }
+        return Ok(decisions);
+    }
+    // Room for the whole cost each pair asks: the last hit of a pair asks
+    // the most.
+    for (hit, &total) in hits.iter().zip(&asked) {
+        if hit.cost > 0 {
+            let (slot, rules) = keys.get(hit.key);
+            slot.make_room(hit.rule, now, total, bounds, rules, keep(hit.key))?;
+        }
+    }
+    for hit in hits.iter().filter(|h| h.cost > 0) {
+        let (slot, rules) = keys.get(hit.key);
+        slot.record(hit.rule, now, hit.cost, bounds, rules);
+    }
+    Ok(decisions)
+}

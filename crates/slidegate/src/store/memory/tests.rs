@@ -1,0 +1,436 @@
+//! The store through its public methods: bounds, sweeps, batches.
+
+use super::*;
+use crate::clock::ManualClock;
+
+fn store(clock: &ManualClock) -> MemoryStore<String, ManualClock> {
+    MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build()
+}
+
+#[test]
+fn several_rules_pass_or_fail_together() {
+    let clock = ManualClock::new();
+    let s = store(&clock);
+    let small = Rule::parse("2/1s").unwrap();
+    let big = Rule::parse("3/1m").unwrap();
+    assert!(s.acquire("k", &[small, big], 1).unwrap().allowed());
+    assert!(s.acquire("k", &[small, big], 1).unwrap().allowed());
+    let denied = s.acquire("k", &[small, big], 1).unwrap();
+    assert!(!denied.allowed());
+    assert_eq!(denied.limit(), 2);
+    // The minute rule was not charged by the denial.
+    clock.advance(Duration::from_millis(1001));
+    assert!(s.acquire("k", &[small, big], 1).unwrap().allowed());
+    let d = s.acquire("k", &[small, big], 1).unwrap();
+    assert!(!d.allowed());
+    assert_eq!(d.limit(), 3);
+    assert_eq!(s.peek("k", &[big]).unwrap().remaining(), 0);
+}
+
+#[test]
+fn batch_over_keys_is_all_or_nothing() {
+    let clock = ManualClock::new();
+    let s = store(&clock);
+    let rule = Rule::parse("1/1s").unwrap();
+    s.acquire("b", &[rule], 1).unwrap();
+    let ds = s
+        .acquire_batch(&[Hit::new("a", rule, 1), Hit::new("b", rule, 1)])
+        .unwrap();
+    assert!(ds[0].allowed() && !ds[1].allowed());
+    assert_eq!(ds[0].remaining(), 1, "a was not charged");
+    assert!(s.acquire("a", &[rule], 1).unwrap().allowed());
+}
+
+#[test]
+fn duplicate_hits_add_up() {
+    let clock = ManualClock::new();
+    let s = store(&clock);
+    let rule = Rule::parse("3/1s").unwrap();
+    let ds = s
+        .acquire_batch(&[Hit::new("a", rule, 2), Hit::new("a", rule, 1)])
+        .unwrap();
+    assert!(ds.iter().all(Decision::allowed));
+    assert_eq!(ds[1].remaining(), 0);
+    assert!(matches!(
+        s.acquire_batch(&[Hit::new("b", rule, 2), Hit::new("b", rule, 2)]),
+        Err(Error::CostExceedsLimit { cost: 4, limit: 3 })
+    ));
+}
+
+#[test]
+fn probes_do_not_create_keys() {
+    let clock = ManualClock::new();
+    let s = store(&clock);
+    let rule = Rule::parse("3/1s").unwrap();
+    let p = s.peek("nobody", &[rule]).unwrap();
+    assert!(p.allowed());
+    assert_eq!(p.remaining(), 3);
+    assert!(s.is_empty());
+    s.acquire_batch(&[Hit::new("x", rule, 0)]).unwrap();
+    assert!(s.is_empty());
+}
+
+#[test]
+fn sweep_drops_only_idle_keys() {
+    let clock = ManualClock::new();
+    let s = store(&clock);
+    let rule = Rule::parse("3/1s").unwrap();
+    s.acquire("old", &[rule], 1).unwrap();
+    clock.advance(Duration::from_millis(500));
+    s.acquire("new", &[rule], 1).unwrap();
+    clock.advance(Duration::from_millis(501));
+    assert_eq!(s.sweep(), 1);
+    assert_eq!(s.len(), 1);
+    assert_eq!(s.peek("new", &[rule]).unwrap().remaining(), 2);
+}
+
+#[test]
+fn a_full_store_refuses_new_keys_but_serves_held_ones() {
+    let clock = ManualClock::new();
+    let s: MemoryStore<u64, _> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .max_keys(2)
+        .build();
+    let rule = Rule::parse("5/1s").unwrap();
+    s.acquire(&1, &[rule], 1).unwrap();
+    s.acquire(&2, &[rule], 1).unwrap();
+    assert_eq!(
+        s.acquire(&3, &[rule], 1),
+        Err(Error::StoreFull {
+            bound: crate::StoreBound::Keys(2)
+        })
+    );
+    assert!(s.acquire(&1, &[rule], 1).unwrap().allowed());
+    // Once key 2 is idle, the full store sweeps it to make room.
+    clock.advance(Duration::from_millis(2000));
+    assert!(s.acquire(&1, &[rule], 1).unwrap().allowed());
+    assert!(s.acquire(&3, &[rule], 1).unwrap().allowed());
+    assert_eq!(s.len(), 2);
+}
+
+/// What the store counts is what it holds, and within the bound.
+fn assert_within<K, C>(s: &MemoryStore<K, C>, max_bytes: usize)
+where
+    K: Hash + Eq + Send + Sync + 'static,
+    C: Clock,
+{
+    let stats = s.stats();
+    assert_eq!(stats.key_bytes + stats.heap_bytes, s.bytes(), "{stats:?}");
+    assert!(s.bytes() <= max_bytes, "{} > {max_bytes}", s.bytes());
+}
+
+fn bytes_full(max_bytes: usize) -> Error {
+    Error::StoreFull {
+        bound: crate::StoreBound::Bytes(max_bytes),
+    }
+}
+
+fn bounded(clock: &ManualClock, max_bytes: usize) -> MemoryStore<String, ManualClock> {
+    MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .max_bytes(max_bytes)
+        .build()
+}
+
+#[test]
+fn a_flood_of_keys_stays_within_the_byte_bound() {
+    const MAX: usize = 64 * 1024;
+    let clock = ManualClock::new();
+    let s = bounded(&clock, MAX);
+    let rule = Rule::parse("5/1m").unwrap();
+    let mut refused = 0;
+    for k in 0..10_000 {
+        match s.acquire(&format!("client:{k}"), &[rule], 1) {
+            Ok(d) => assert!(d.allowed()),
+            Err(e) => {
+                assert_eq!(e, bytes_full(MAX));
+                refused += 1;
+            }
+        }
+        clock.advance(Duration::from_micros(1));
+    }
+    assert!(refused > 9_000, "{refused} refused");
+    assert!(s.len() > 100, "{} keys held", s.len());
+    assert_within(&s, MAX);
+}
+
+#[test]
+fn a_flood_of_rules_on_one_key_stays_within_the_byte_bound() {
+    const MAX: usize = 16 * 1024;
+    let clock = ManualClock::new();
+    let s: MemoryStore<String, ManualClock> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .max_bytes(MAX)
+        .max_rules_per_key(MAX_RULES_PER_KEY)
+        .build();
+    let mut refused = 0;
+    for limit in 1..=MAX_RULES_PER_KEY as u64 {
+        let rule = Rule::parse(&format!("{limit}/1h")).unwrap();
+        match s.acquire("victim", &[rule], 1) {
+            Ok(d) => assert!(d.allowed()),
+            Err(e) => {
+                assert_eq!(e, bytes_full(MAX));
+                refused += 1;
+            }
+        }
+        assert_within(&s, MAX);
+    }
+    assert!(refused > 0);
+    assert!(s.stats().states < MAX_RULES_PER_KEY);
+}
+
+#[test]
+fn admissions_under_a_huge_limit_and_a_long_window_stay_within_the_byte_bound() {
+    const MAX: usize = 64 * 1024;
+    let clock = ManualClock::new();
+    let s = bounded(&clock, MAX);
+    let huge = Rule::parse("1000000000000/3650d").unwrap();
+    let small = Rule::parse("3/1h").unwrap();
+    s.acquire("held", &[small], 1).unwrap();
+    let mut admitted = 0;
+    let full = loop {
+        match s.acquire("greedy", &[huge], 1) {
+            Ok(d) => assert!(d.allowed()),
+            Err(e) => break e,
+        }
+        admitted += 1;
+        clock.advance(Duration::from_micros(1));
+    };
+    assert_eq!(full, bytes_full(MAX));
+    assert!(admitted >= 1024, "{admitted} admitted");
+    assert_within(&s, MAX);
+    let entries = s.stats().log_entries;
+    // The full store still decides what fits what it holds (the held
+    // key's admissions and denials), and refuses what would grow it.
+    assert!(s.acquire("held", &[small], 2).unwrap().allowed());
+    assert!(!s.acquire("held", &[small], 1).unwrap().allowed());
+    assert_eq!(s.acquire("greedy", &[huge], 1), Err(bytes_full(MAX)));
+    clock.advance(Duration::from_micros(1));
+    assert_eq!(s.acquire("greedy", &[huge], 1), Err(bytes_full(MAX)));
+    assert_eq!(s.stats().log_entries, entries + 1, "only held's entry");
+    assert_within(&s, MAX);
+}
+
+#[test]
+fn denials_and_probes_on_a_full_store_take_no_bytes() {
+    const MAX: usize = 4096;
+    let clock = ManualClock::new();
+    let s = bounded(&clock, MAX);
+    let rule = Rule::parse("1/1h").unwrap();
+    let mut k = 0;
+    while s.acquire(&format!("k{k}"), &[rule], 1).is_ok() {
+        k += 1;
+    }
+    let held = s.bytes();
+    for _ in 0..100 {
+        assert!(!s.acquire("k0", &[rule], 1).unwrap().allowed());
+        assert!(s.peek("new", &[rule]).unwrap().allowed());
+        assert!(s.dry_run("k1", &[rule], 1).map(|d| !d.allowed()).unwrap());
+    }
+    assert_eq!(s.bytes(), held);
+    assert_within(&s, MAX);
+}
+
+#[test]
+fn the_bytes_come_back_when_keys_are_swept_or_reset() {
+    let clock = ManualClock::new();
+    let s = bounded(&clock, 1 << 20);
+    let rules = [
+        Rule::parse("500/1s").unwrap(),
+        Rule::parse("900/2s").unwrap(),
+    ];
+    for k in 0..100 {
+        for _ in 0..20 {
+            s.acquire(&format!("k{k}"), &rules, 1).unwrap();
+            clock.advance(Duration::from_micros(3));
+        }
+    }
+    assert_within(&s, 1 << 20);
+    assert!(s.bytes() > 100 * 20 * 16);
+    assert!(s.reset("k0"));
+    assert_within(&s, 1 << 20);
+    clock.advance(Duration::from_secs(3));
+    assert_eq!(s.sweep(), 99);
+    assert_eq!((s.bytes(), s.stats()), (0, MemoryStats::default()));
+}
+
+#[test]
+fn a_full_byte_bound_sweeps_idle_keys_to_make_room() {
+    const MAX: usize = 4096;
+    let clock = ManualClock::new();
+    let s = bounded(&clock, MAX);
+    let rule = Rule::parse("1/1s").unwrap();
+    let mut k = 0;
+    while s.acquire(&format!("k{k}"), &[rule], 1).is_ok() {
+        k += 1;
+    }
+    clock.advance(Duration::from_millis(1001));
+    assert!(s.acquire("newcomer", &[rule], 1).unwrap().allowed());
+    assert_eq!(s.len(), 1);
+    assert_within(&s, MAX);
+}
+
+#[test]
+fn the_rules_cap_replaces_idle_states_and_refuses_otherwise() {
+    let clock = ManualClock::new();
+    let s: MemoryStore<String, ManualClock> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .max_rules_per_key(2)
+        .build();
+    let second = Rule::parse("5/1s").unwrap();
+    let hour = Rule::parse("5/1h").unwrap();
+    let third = Rule::parse("7/1s").unwrap();
+    s.acquire("k", &[second], 1).unwrap();
+    s.acquire("k", &[hour], 1).unwrap();
+    assert_eq!(
+        s.acquire("k", &[third], 1),
+        Err(Error::TooManyRules { max: 2 })
+    );
+    assert!(!Error::TooManyRules { max: 2 }.is_store_failure());
+    clock.advance(Duration::from_millis(1001));
+    assert!(s.acquire("k", &[third], 1).unwrap().allowed());
+    assert_eq!(s.peek("k", &[hour]).unwrap().remaining(), 4);
+    assert_eq!(s.stats().states, 2);
+}
+
+#[test]
+fn batches_with_many_repeated_keys_add_up_per_key() {
+    let clock = ManualClock::new();
+    let s = store(&clock);
+    let rule = Rule::parse("50/1s").unwrap();
+    let names: Vec<String> = (0..10).map(|k| format!("k{k}")).collect();
+    let hits: Vec<Hit<'_>> = (0..400)
+        .map(|i| Hit::new(names[i % 10].as_str(), rule, 1))
+        .collect();
+    let ds = s.acquire_batch(&hits).unwrap();
+    assert!(ds.iter().all(Decision::allowed));
+    assert_eq!(ds[399].remaining(), 10);
+    assert_eq!(s.peek("k3", &[rule]).unwrap().remaining(), 10);
+    // 11 more on k3 cannot pass together: nothing recorded anywhere.
+    let more: Vec<Hit<'_>> = (0..11).map(|_| Hit::new("k3", rule, 1)).collect();
+    let mut hits = hits[..20].to_vec();
+    hits.extend(more);
+    let ds = s.acquire_batch(&hits).unwrap();
+    assert!(!ds.iter().all(Decision::allowed));
+    assert_eq!(s.peek("k0", &[rule]).unwrap().remaining(), 10);
+}
+
+#[test]
+fn a_denied_decision_keeps_the_state_its_check_moved_as_redis_does() {
+    use crate::{Algorithm, Rate};
+    let t0 = 1_763_800_000_000_000;
+    let clock = ManualClock::at(t0);
+    let s = store(&clock);
+    let fixed = Rule::new(Rate::new(10, Duration::from_micros(968_420)).unwrap())
+        .with_algorithm(Algorithm::FixedWindow);
+    let w = 2_709_207;
+    let counter = Rule::new(Rate::new(3, Duration::from_micros(w)).unwrap())
+        .with_algorithm(Algorithm::SlidingCounter);
+    s.acquire("k", &[fixed], 10).unwrap();
+    // Denied by the fixed window; the counter's window was rolled to t0's.
+    assert!(!s.acquire("k", &[fixed, counter], 1).unwrap().allowed());
+    let back = 3_676_405;
+    clock.set(t0 - back);
+    // The counter's window does not step back with the clock.
+    let d = s.acquire("k", &[counter], 3).unwrap();
+    let start = t0 - t0 % w;
+    assert_eq!(
+        d.reset_after(),
+        Duration::from_micros(start + 2 * w - (t0 - back))
+    );
+}
+
+#[test]
+fn the_background_sweeper_empties_the_store() {
+    let clock = ManualClock::new();
+    let s: MemoryStore<u64, _> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(Some(Duration::from_millis(10)))
+        .build();
+    let rule = Rule::parse("5/1s").unwrap();
+    for k in 0..1000 {
+        s.acquire(&k, &[rule], 1).unwrap();
+    }
+    clock.advance(Duration::from_secs(2));
+    let start = std::time::Instant::now();
+    while !s.is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(s.stats(), MemoryStats::default());
+}
+
+/// Windows past what a slot keeps inline (a ring from the first
+/// admission) and past an hour (a box) decide as the sliding log does,
+/// across many windows (a ring's base moves every 9 minutes or so).
+#[test]
+fn long_windows_decide_like_the_sliding_log() {
+    use crate::algorithm::{Meter, SlidingLog};
+    for text in ["40/5m", "40/1h", "40/1d"] {
+        let rule = Rule::parse(text).unwrap();
+        let clock = ManualClock::at(1 << 40);
+        let s = store(&clock);
+        let mut reference = SlidingLog::default();
+        let mut x = 7u64;
+        for step in 0..3_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let window = rule.window_micros();
+            clock.advance(Duration::from_micros(
+                [0, 1, 997, window / 7, window / 3][(x % 5) as usize],
+            ));
+            let cost = 1 + x % 4;
+            let now = clock.now_micros();
+            let want = reference.decide(rule.rate(), now, cost);
+            assert_eq!(
+                s.acquire("k", &[rule], cost),
+                Ok(want),
+                "{text} step {step}"
+            );
+            assert_eq!(
+                s.admissions("k", rule).unwrap(),
+                reference.entries().collect::<Vec<_>>()
+            );
+        }
+        let stats = s.stats();
+        assert_eq!(stats.key_bytes + stats.heap_bytes, s.bytes(), "{text}");
+    }
+}
+
+/// A shard's rule table keeps the rules of its keys; rules of swept keys
+/// make room for new ones, which then take the compact form again.
+#[test]
+fn rules_of_swept_keys_make_room_in_the_table() {
+    let clock = ManualClock::new();
+    let s: MemoryStore<u64, _> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .shards(2)
+        .build();
+    let compact = |key: u64| {
+        let hash = s.inner.map.hash(&key);
+        let mut shard = s.inner.map.lock(s.inner.map.shard_of(hash));
+        let entry = Map::find(&mut shard.table, hash, &key).unwrap();
+        !matches!(entry.slot, Slot::Many(_))
+    };
+    for key in 0..400u64 {
+        let rule = Rule::parse(&format!("{}/1s", key + 1)).unwrap();
+        assert!(s.acquire(&key, &[rule], 1).unwrap().allowed());
+    }
+    // Two shards of at most 128 rules each: some keys found theirs full.
+    assert!((0..400).any(|key| !compact(key)));
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(s.sweep(), 400);
+    let rule = Rule::parse("1000/1s").unwrap();
+    for key in 1_000..1_100u64 {
+        assert!(s.acquire(&key, &[rule], 1).unwrap().allowed());
+        assert!(compact(key), "key {key}");
+    }
+}
