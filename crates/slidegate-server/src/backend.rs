@@ -13,11 +13,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use slidegate::clock::SystemClock;
-use slidegate::store::redis::RedisStore;
+use slidegate::store::redis::{Coalesce, RedisStore};
 use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{Decision, Error, Hit, MemoryStore, Rule, Store};
 
-use crate::cli::{ClockMode, StoreArgs};
+use crate::cli::{ClockMode, CoalesceMode, StoreArgs};
 use crate::metrics::Instrumented;
 
 /// A parsed `--store` value.
@@ -165,7 +165,12 @@ impl Backend {
             })),
             StoreUrl::Redis(url) => {
                 let timeout = Duration::from_millis(args.timeout_ms.max(1));
-                let builder = RedisStore::builder(url.clone()).timeout(timeout);
+                let builder = RedisStore::builder(url.clone()).timeout(timeout).coalesce(
+                    match args.coalesce {
+                        CoalesceMode::On => Coalesce::on(),
+                        CoalesceMode::Off => Coalesce::off(),
+                    },
+                );
                 let builder = match args.clock {
                     ClockMode::Server => builder.server_clock(),
                     ClockMode::Client => builder.client_clock(SystemClock),
@@ -306,6 +311,7 @@ mod tests {
             on_error,
             timeout_ms: 50,
             clock: crate::cli::ClockMode::Server,
+            coalesce: crate::cli::CoalesceMode::On,
             expiry_margin_ms: None,
             max_keys,
             max_memory_bytes: 1 << 30,

@@ -471,6 +471,16 @@ pub enum ClockMode {
     Client,
 }
 
+/// Whether the Redis store coalesces concurrent decisions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CoalesceMode {
+    /// Decisions that arrive while calls to the same Redis node are out
+    /// wait and go together in one script call, each decided as alone.
+    On,
+    /// One script call per decision.
+    Off,
+}
+
 /// The store flags, shared by every command that decides.
 #[derive(Clone, Debug, Args)]
 pub struct StoreArgs {
@@ -520,6 +530,19 @@ pub struct StoreArgs {
         default_value_t = ClockMode::Server
     )]
     pub clock: ClockMode,
+
+    /// Redis store: `on` gathers the decisions that arrive while calls to
+    /// the same Redis node are out into one script call (each decided
+    /// exactly as alone; a lone request is sent at once), `off` sends one
+    /// script call per decision.
+    #[arg(
+        long = "redis-coalesce",
+        value_name = "MODE",
+        value_enum,
+        env = "SLIDEGATE_REDIS_COALESCE",
+        default_value_t = CoalesceMode::On
+    )]
+    pub coalesce: CoalesceMode,
 
     /// How much longer than its window Redis keeps an idle key, in
     /// milliseconds. With `--clock client` it must cover the largest clock

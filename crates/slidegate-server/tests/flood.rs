@@ -17,7 +17,7 @@ use common::redis::free_port;
 use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{MemoryStore, Rule, Store};
 use slidegate_server::backend::{Backend, StoreUrl};
-use slidegate_server::cli::{ClockMode, StoreArgs};
+use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
 
 const KEYS: u64 = 1_000_000;
 /// `--max-keys` of the flood.
@@ -48,6 +48,7 @@ async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
         on_error: policy,
         timeout_ms: 50,
         clock: ClockMode::Server,
+        coalesce: CoalesceMode::On,
         expiry_margin_ms: None,
         max_keys: MAX_KEYS,
         max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,

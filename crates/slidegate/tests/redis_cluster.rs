@@ -2,10 +2,14 @@
 //! many slots, multi-rule and multi-key decisions on one hash tag, a batch
 //! across slots decided (all or nothing: see redis_cross_slot.rs), reset
 //! routed to the right node, and recovery after every node lost its script
-//! cache. One cluster serves every check (it takes a few seconds to form).
+//! cache. One cluster serves every check (it takes a few seconds to form);
+//! concurrent coalesced decisions across many slots get a cluster of their
+//! own.
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::redis_server::RedisCluster;
@@ -140,4 +144,85 @@ async fn script_cache_loss_on_every_node_is_invisible(cluster: &RedisCluster, st
         let d = store.acquire(&format!("after-flush:{i}"), &[rule], 1).await;
         assert!(d.expect("a decision after SCRIPT FLUSH").allowed());
     }
+}
+
+/// EVALSHA calls answered so far by every node of the cluster.
+fn evalsha_calls(cluster: &RedisCluster) -> u64 {
+    cluster
+        .nodes
+        .iter()
+        .filter_map(|node| node.command(&["INFO", "commandstats"]))
+        .filter_map(|stats| {
+            stats
+                .lines()
+                .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .and_then(|calls| calls.parse::<u64>().ok())
+        })
+        .sum()
+}
+
+/// 120 tasks deciding on 90 keys in random order (60 keys on slots of
+/// their own, 30 on three hash tags, so that some calls gather several
+/// decisions of one slot and a node's turn pipelines calls of several
+/// slots): every key admits exactly min(attempts, limit), and the nodes
+/// answered fewer calls than decisions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_decisions_across_many_slots_stay_exact() {
+    let cluster = RedisCluster::start();
+    let store = RedisStore::builder(cluster.url())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .await
+        .expect("the Redis store connects to the cluster");
+    let rule = Rule::parse("40/1h").expect("a valid rule");
+    let keys: Arc<Vec<String>> = Arc::new(
+        (0..90)
+            .map(|i| match i {
+                0..60 => format!("ip:10.1.0.{i}"),
+                _ => format!("{{tag{}}}:user{i}", i % 3),
+            })
+            .collect(),
+    );
+    for key in keys.iter() {
+        store.acquire(key, &[rule], 0).await.expect("a decision");
+    }
+    let attempts: Arc<Vec<AtomicU64>> = Arc::new((0..90).map(|_| AtomicU64::new(0)).collect());
+    let admitted: Arc<Vec<AtomicU64>> = Arc::new((0..90).map(|_| AtomicU64::new(0)).collect());
+    let calls = evalsha_calls(&cluster);
+    let mut tasks = Vec::new();
+    for t in 0..120u64 {
+        let (store, keys) = (store.clone(), Arc::clone(&keys));
+        let (attempts, admitted) = (Arc::clone(&attempts), Arc::clone(&admitted));
+        tasks.push(tokio::spawn(async move {
+            let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            for _ in 0..50 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let k = (x % 90) as usize;
+                attempts[k].fetch_add(1, Ordering::Relaxed);
+                let d = store
+                    .acquire(&keys[k], &[rule], 1)
+                    .await
+                    .expect("a decision");
+                if d.allowed() {
+                    admitted[k].fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("a task ran to the end");
+    }
+    let calls = evalsha_calls(&cluster) - calls;
+    for (k, key) in keys.iter().enumerate() {
+        let tried = attempts[k].load(Ordering::Relaxed);
+        let passed = admitted[k].load(Ordering::Relaxed);
+        assert_eq!(passed, tried.min(40), "{key}: {tried} attempts");
+        let left = store.peek(key, &[rule]).await.expect("a decision");
+        assert_eq!(left.remaining(), 40 - passed, "{key}");
+    }
+    assert!(calls < 6_000, "{calls} calls for 6000 decisions");
+    assert_eq!(store.waiting() + store.calls_in_flight(), 0);
 }

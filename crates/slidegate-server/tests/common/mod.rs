@@ -12,7 +12,7 @@ use hyper_util::rt::TokioIo;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{MemoryStore, Store};
 use slidegate_server::backend::{Backend, StoreUrl};
-use slidegate_server::cli::{ClockMode, StoreArgs};
+use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
 use slidegate_server::http::{AppState, router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -81,6 +81,7 @@ pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> B
         on_error: policy,
         timeout_ms,
         clock: ClockMode::Server,
+        coalesce: CoalesceMode::On,
         expiry_margin_ms: None,
         max_keys: 1_000_000,
         max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::coalesce::{Calls, Coalesce, Lane};
 use super::topology::{NodeUrl, Topology};
 use super::{
     Connection, DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRY_MARGIN,
@@ -26,6 +27,7 @@ pub struct RedisStoreBuilder {
     connect_timeout: Duration,
     clock: Option<Arc<dyn Clock>>,
     margin: Option<Duration>,
+    coalesce: Coalesce,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -44,6 +46,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
                 },
             )
             .field("expiry_margin", &self.expiry_margin_or_default())
+            .field("coalesce", &self.coalesce)
             .finish_non_exhaustive()
     }
 }
@@ -57,6 +60,7 @@ impl RedisStoreBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             clock: None,
             margin: None,
+            coalesce: Coalesce::on(),
         }
     }
 
@@ -111,6 +115,15 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// How decisions go to Redis (default [`Coalesce::on`]): decisions that
+    /// arrive while calls to the same node are out wait and go together in
+    /// one script call, each decided exactly as alone; [`Coalesce::off`]
+    /// sends one script call per decision. See [`Coalesce`].
+    pub fn coalesce(mut self, coalesce: Coalesce) -> Self {
+        self.coalesce = coalesce;
+        self
+    }
+
     /// Connects (within the connect timeout) and checks that Redis answers.
     pub async fn build(self) -> Result<RedisStore> {
         let store = self.build_lazy()?;
@@ -133,18 +146,34 @@ impl RedisStoreBuilder {
         }
         let margin_ms =
             u64::try_from(self.expiry_margin_or_default().as_millis()).unwrap_or(u64::MAX);
+        let calls = Arc::new(Calls {
+            clock: self.clock.clone(),
+            margin_ms,
+            timeout: self.timeout,
+            coalesce: self.coalesce,
+        });
         let (connection, topology) = match cluster_nodes(&self.url)? {
             Some((url, hosts)) => {
                 let connection = self.cluster(&url, &hosts)?;
                 let connect_timeout = self.connect_timeout;
+                let calls = Arc::clone(&calls);
                 let topology = Topology::new(
                     hosts.iter().map(|h| h.as_str().into()).collect(),
                     url,
-                    Box::new(move |node_url| manager(node_url, connect_timeout)),
+                    Box::new(move |node_url| {
+                        let connection = manager(node_url, connect_timeout)?;
+                        Ok(Arc::new(Lane::new(connection, Arc::clone(&calls), true)))
+                    }),
                 );
                 (connection, Some(topology))
             }
-            None => (self.node()?, None),
+            None => {
+                let connection = self.node()?;
+                (
+                    Connection::Node(Arc::new(Lane::new(connection, Arc::clone(&calls), false))),
+                    None,
+                )
+            }
         };
         Ok(RedisStore {
             inner: Arc::new(Inner {
@@ -152,8 +181,7 @@ impl RedisStoreBuilder {
                 connection,
                 prefix: self.prefix,
                 timeout: self.timeout,
-                margin_ms,
-                clock: self.clock,
+                calls,
             }),
         })
     }
@@ -167,13 +195,13 @@ impl RedisStoreBuilder {
         })
     }
 
-    fn node(&self) -> Result<Connection> {
+    fn node(&self) -> Result<ConnectionManager> {
         if !self.url.starts_with("redis://") && !self.url.starts_with("rediss://") {
             return Err(Error::Config(
                 "expected a redis://, rediss:// or redis+cluster:// URL".into(),
             ));
         }
-        Ok(Connection::Node(manager(&self.url, self.connect_timeout)?))
+        manager(&self.url, self.connect_timeout)
     }
 
     fn cluster(&self, url: &NodeUrl, hosts: &[String]) -> Result<Connection> {

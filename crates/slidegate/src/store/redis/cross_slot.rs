@@ -76,9 +76,12 @@ use super::Inner;
 use super::keys::journal_key;
 use super::script::{JOURNAL_LIFETIME, Plan, Step};
 use super::topology::slot_of;
+use smallvec::SmallVec;
+
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
+use crate::store::Hit;
 use crate::store::resilient::gate;
 
 /// How long an undo is retried: well within the journal's lifetime.
@@ -87,39 +90,59 @@ const _: () = assert!(UNDO_PATIENCE.as_millis() < JOURNAL_LIFETIME.as_millis());
 /// The first pause between two tries of an undo; it doubles.
 const UNDO_FIRST_PAUSE: Duration = Duration::from_millis(20);
 
-/// The hits of one slot: their places in the batch, their plan, and the
-/// journal key of this decision in that slot.
+/// The hits of one slot: their places in the batch, the hits themselves
+/// (owned: an undo may outlive its caller), and the journal key of this
+/// decision in that slot.
 struct Group {
     indices: Vec<usize>,
-    plan: Plan,
+    hits: Vec<(String, Rule, u64)>,
     journal: String,
+}
+
+impl Group {
+    fn plan<'a>(&'a self, prefix: &'a str) -> Result<Plan<'a>> {
+        Plan::new(
+            prefix,
+            self.hits.iter().map(|(k, r, c)| (k.as_str(), *r, *c)),
+        )
+    }
+
+    /// The caller's key of the first hit: it names the slot.
+    fn route(&self) -> &str {
+        self.hits.first().map_or("", |(key, _, _)| key.as_str())
+    }
+
+    fn consumes(&self) -> bool {
+        self.hits.iter().any(|&(_, _, cost)| cost > 0)
+    }
 }
 
 /// Decides `hits` (validated, with keys in at least two slots)
 /// all-or-nothing; see the [module documentation](self).
-pub(super) async fn decide(
-    inner: &Arc<Inner>,
-    hits: &[(&str, Rule, u64)],
-) -> Result<Vec<Decision>> {
+pub(super) async fn decide(inner: &Arc<Inner>, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
     // The whole batch as one plan first: a sum of costs above a limit is
     // refused before anything is sent.
-    Plan::new(&inner.prefix, hits)?;
+    Plan::new(&inner.prefix, hits.iter().map(|h| (h.key, h.rule, h.cost)))?;
     let mut slots: BTreeMap<u16, Vec<usize>> = BTreeMap::new();
-    for (i, (key, _, _)) in hits.iter().enumerate() {
-        slots.entry(slot_of(key)).or_default().push(i);
+    for (i, hit) in hits.iter().enumerate() {
+        slots.entry(slot_of(hit.key)).or_default().push(i);
     }
     let mut groups = Vec::with_capacity(slots.len());
     for indices in slots.into_values() {
-        let own: Vec<(&str, Rule, u64)> = indices.iter().map(|&i| hits[i]).collect();
+        let own: Vec<(String, Rule, u64)> = indices
+            .iter()
+            .map(|&i| (hits[i].key.to_owned(), hits[i].rule, hits[i].cost))
+            .collect();
+        let journal = journal_key(&inner.prefix, &own[0].0, &token());
         groups.push(Arc::new(Group {
-            plan: Plan::new(&inner.prefix, &own)?,
-            journal: journal_key(&inner.prefix, own[0].0, &token()),
             indices,
+            hits: own,
+            journal,
         }));
     }
     // A slot whose node's circuit is open would fail half-way: refuse now.
     for group in &groups {
-        if let Some(node) = group.plan.keys.first().and_then(|key| inner.node_of(key))
+        if let Some(node) = inner.node_of(group.route())
             && gate::refuses(&node)
         {
             return Err(gate::refusal(&node));
@@ -133,12 +156,10 @@ pub(super) async fn decide(
     };
     let mut decisions: Vec<Option<Decision>> = vec![None; hits.len()];
     for (g, group) in groups.iter().enumerate() {
+        let plan = group.plan(&inner.prefix)?;
         // From here on the call may run, even if this future is dropped.
-        undo.armed[g] = group.plan.consumes();
-        match inner
-            .run(&group.plan, Some((Step::Record, &group.journal)))
-            .await
-        {
+        undo.armed[g] = group.consumes();
+        match inner.run(&plan, Some((Step::Record, &group.journal))).await {
             Ok(answers) => {
                 let passed = answers.iter().all(Decision::allowed);
                 place(&mut decisions, group, answers);
@@ -165,7 +186,11 @@ pub(super) async fn decide(
         .collect()
 }
 
-fn place(decisions: &mut [Option<Decision>], group: &Group, answers: Vec<Decision>) {
+fn place(
+    decisions: &mut [Option<Decision>],
+    group: &Group,
+    answers: impl IntoIterator<Item = Decision>,
+) {
     for (&i, decision) in group.indices.iter().zip(answers) {
         decisions[i] = Some(decision);
     }
@@ -239,9 +264,10 @@ fn spawn_step(
     Some(runtime.spawn(async move {
         let started = Instant::now();
         let mut pause = UNDO_FIRST_PAUSE;
+        let plan = group.plan(&inner.prefix)?;
         loop {
             let result = inner
-                .run_unguarded(&group.plan, Some((step, &group.journal)))
+                .run_unguarded(&plan, Some((step, &group.journal)))
                 .await;
             match result {
                 Err(error)
@@ -256,12 +282,12 @@ fn spawn_step(
                 Err(error) if step == Step::Undo => {
                     tracing::warn!(
                         %error,
-                        key = %group.plan.keys.first().map_or("", String::as_str),
+                        key = %plan.first_redis_key(),
                         "cross-slot undo gave up: a denied decision stays charged until its window passes"
                     );
                     return Err(error);
                 }
-                other => return other,
+                other => return other.map(SmallVec::into_vec),
             }
         }
     }))

@@ -18,13 +18,23 @@ pub(crate) const FORMAT: &str = "v2";
 
 /// The Redis key holding `rule`'s state for `key`.
 pub(crate) fn state_key(prefix: &str, key: &str, rule: Rule) -> String {
-    let mut out = key_stem(prefix, key);
-    out.push_str(&rule.rate().to_string());
+    let mut out = Vec::with_capacity(prefix.len() + key.len() + 40);
+    write_state_key(&mut out, prefix, key, rule);
+    // Written from `&str`s and ASCII only.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// Appends [`state_key`] to `out`, without a `String` of its own (a
+/// decision writes its keys straight into the buffer that travels to Redis).
+pub(crate) fn write_state_key(out: &mut Vec<u8>, prefix: &str, key: &str, rule: Rule) {
+    use std::io::Write as _;
+    write_stem(out, prefix, key);
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{}", rule.rate());
     if rule.algorithm() != Algorithm::SlidingLog {
-        out.push(':');
-        out.push_str(rule.algorithm().name());
+        out.push(b':');
+        out.extend_from_slice(rule.algorithm().name().as_bytes());
     }
-    out
 }
 
 /// Everything before the rule: `prefix:v2:{key}:` for a key without a hash
@@ -35,20 +45,25 @@ pub(crate) fn state_key(prefix: &str, key: &str, rule: Rule) -> String {
 /// `{` right after the version is only ever an untagged key: `X` and `{X}`
 /// get different names (`p:v2:{X}:` and `p:v2:t:{X}:`).
 pub(crate) fn key_stem(prefix: &str, key: &str) -> String {
-    let mut out = String::with_capacity(prefix.len() + key.len() + 28);
-    out.push_str(prefix);
-    out.push(':');
-    out.push_str(FORMAT);
+    let mut out = Vec::with_capacity(prefix.len() + key.len() + 28);
+    write_stem(&mut out, prefix, key);
+    // Written from `&str`s and ASCII only.
+    String::from_utf8(out).unwrap_or_default()
+}
+
+fn write_stem(out: &mut Vec<u8>, prefix: &str, key: &str) {
+    out.extend_from_slice(prefix.as_bytes());
+    out.push(b':');
+    out.extend_from_slice(FORMAT.as_bytes());
     if hash_tag(key).is_some() {
-        out.push_str(":t:");
-        out.push_str(key);
+        out.extend_from_slice(b":t:");
+        out.extend_from_slice(key.as_bytes());
     } else {
-        out.push_str(":{");
-        out.push_str(key);
-        out.push('}');
+        out.extend_from_slice(b":{");
+        out.extend_from_slice(key.as_bytes());
+        out.push(b'}');
     }
-    out.push(':');
-    out
+    out.push(b':');
 }
 
 /// The Redis key of the undo journal of one cross-slot decision in the

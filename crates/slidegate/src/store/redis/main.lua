@@ -49,98 +49,109 @@ if mode == 0 and n == 1 then
   return bpack('<dddd', allowed, remaining, retry, reset)
 end
 
--- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost and
--- checked cost. States are loaded once per key.
-local spec = ARGV[1]
-local journal, lifetime
-if mode > 0 then
-  journal = KEYS[#KEYS]
-  lifetime = format('%d', bunpack('<d', spec, 25 + 48 * n))
-end
-if mode == 1 and redis.call('EXISTS', journal) == 1 then
-  return redis.error_reply('CANCELLED this decision was undone before it ran')
-end
-if mode == 3 then
-  -- Per state recorded: KEYS index, algorithm, limit, window, mark, cost.
-  local entries = redis.call('GET', journal)
-  if entries and #entries > 1 then
-    for at = 1, #entries, 48 do
-      local index, algorithm_code, limit, window, mark, added = bunpack('<dddddd', entries, at)
+-- One decision over the hits of `spec` from byte `at` (n hits of six
+-- numbers, then the journal's lifetime for a step), with mode `mode`; its
+-- keys are KEYS[base + 1 .. base + nkeys], the journal's last. Key indices
+-- in the spec and in the journal are relative to base, so a journal
+-- written by one call is read right by another that places the decision
+-- elsewhere in KEYS (a coalesced call, see batch.lua).
+local function decide(spec, at, n, mode, base, nkeys)
+  -- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost
+  -- and checked cost. States are loaded once per key.
+  local journal, lifetime
+  if mode > 0 then
+    journal = KEYS[base + nkeys]
+    lifetime = format('%d', bunpack('<d', spec, at + 48 * n))
+  end
+  if mode == 1 and redis.call('EXISTS', journal) == 1 then
+    return redis.error_reply('CANCELLED this decision was undone before it ran')
+  end
+  if mode == 3 then
+    -- Per state recorded: KEYS index, algorithm, limit, window, mark, cost.
+    local entries = redis.call('GET', journal)
+    if entries and #entries > 1 then
+      for from = 1, #entries, 48 do
+        local index, algorithm_code, limit, window, mark, added = bunpack('<dddddd', entries, from)
+        local algorithm = build(algorithm_code)
+        local st = algorithm.load(base + index, limit, window)
+        if st.existed then
+          algorithm.undo(st, now, margin, mark, added)
+        end
+      end
+    end
+    redis.call('SET', journal, 'x', 'PX', lifetime)
+    mode = 2
+  end
+
+  local state, costs, askeds, states = {}, {}, {}, {}
+  for i = 1, n do
+    local key, algorithm_code, limit, window, c, a = bunpack('<dddddd', spec, at + 48 * (i - 1))
+    local st = states[key]
+    if not st then
       local algorithm = build(algorithm_code)
-      local st = algorithm.load(index, limit, window)
-      if st.existed then
-        algorithm.undo(st, now, margin, mark, added)
+      st = algorithm.load(base + key, limit, window)
+      st.algorithm, st.code = algorithm, algorithm_code
+      states[key] = st
+    end
+    state[i], costs[i], askeds[i] = st, c, a
+    -- As in the memory store, a hit that consumes keeps its state even
+    -- when the decision is denied; probes never create one.
+    if c > 0 then
+      st.touched = true
+    end
+  end
+
+  -- The reply: four numbers per hit (allowed, remaining, retry_after,
+  -- reset_after), filled in place.
+  local reply, all_allowed = {}, mode ~= 2
+  local function check(i, c)
+    local st = state[i]
+    local j = 4 * (i - 1)
+    local _
+    reply[j + 1], _, reply[j + 2], reply[j + 3], reply[j + 4] = st.algorithm.check(st, now, c)
+  end
+  for i = 1, n do
+    check(i, askeds[i])
+    if reply[4 * i - 3] == 0 then
+      all_allowed = false
+    end
+  end
+
+  for i = 1, n do
+    if costs[i] > 0 then
+      if all_allowed then
+        local st = state[i]
+        st.algorithm.record(st, now, costs[i])
+        st.added = (st.added or 0) + costs[i]
+      elseif reply[4 * i - 3] == 1 then
+        -- Nothing is recorded: the hits that would have passed report the state.
+        check(i, 0)
       end
     end
   end
-  redis.call('SET', journal, 'x', 'PX', lifetime)
-  mode = 2
-end
 
-local state, costs, askeds, states = {}, {}, {}, {}
-for i = 1, n do
-  local key, algorithm_code, limit, window, c, a = bunpack('<dddddd', spec, 25 + 48 * (i - 1))
-  local st = states[key]
-  if not st then
-    local algorithm = build(algorithm_code)
-    st = algorithm.load(key, limit, window)
-    st.algorithm, st.code = algorithm, algorithm_code
-    states[key] = st
-  end
-  state[i], costs[i], askeds[i] = st, c, a
-  -- As in the memory store, a hit that consumes keeps its state even when
-  -- the decision is denied; probes never create one.
-  if c > 0 then
-    st.touched = true
-  end
-end
-
--- The reply: four numbers per hit (allowed, remaining, retry_after,
--- reset_after), filled in place.
-local reply, all_allowed = {}, mode ~= 2
-local function decide(i, c)
-  local st = state[i]
-  local j = 4 * (i - 1)
-  local _
-  reply[j + 1], _, reply[j + 2], reply[j + 3], reply[j + 4] = st.algorithm.check(st, now, c)
-end
-for i = 1, n do
-  decide(i, askeds[i])
-  if reply[4 * i - 3] == 0 then
-    all_allowed = false
-  end
-end
-
-for i = 1, n do
-  if costs[i] > 0 then
-    if all_allowed then
-      local st = state[i]
-      st.algorithm.record(st, now, costs[i])
-      st.added = (st.added or 0) + costs[i]
-    elseif reply[4 * i - 3] == 1 then
-      -- Nothing is recorded: the hits that would have passed report the state.
-      decide(i, 0)
+  for _, st in pairs(states) do
+    if st.dirty and (st.existed or st.touched) then
+      st.algorithm.save(st, now, margin)
     end
   end
-end
 
-for _, st in pairs(states) do
-  if st.dirty and (st.existed or st.touched) then
-    st.algorithm.save(st, now, margin)
-  end
-end
-
-if mode == 1 and all_allowed then
-  local entries = {}
-  for index, st in pairs(states) do
-    if st.added then
-      entries[#entries + 1] = bpack('<dddddd', index, st.code, st.limit, st.window,
-        st.algorithm.mark(st, now), st.added)
+  if mode == 1 and all_allowed then
+    local entries = {}
+    for index, st in pairs(states) do
+      if st.added then
+        entries[#entries + 1] = bpack('<dddddd', index, st.code, st.limit, st.window,
+          st.algorithm.mark(st, now), st.added)
+      end
+    end
+    if #entries > 0 then
+      redis.call('SET', journal, table.concat(entries), 'PX', lifetime)
     end
   end
-  if #entries > 0 then
-    redis.call('SET', journal, table.concat(entries), 'PX', lifetime)
-  end
+
+  return bpack('<' .. string.rep('d', 4 * n), unpack(reply))
 end
 
-return bpack('<' .. string.rep('d', 4 * n), unpack(reply))
+if mode ~= 4 then
+  return decide(ARGV[1], 25, n, mode, 0, #KEYS)
+end

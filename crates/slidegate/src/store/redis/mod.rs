@@ -55,19 +55,22 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use smallvec::SmallVec;
 
 pub use self::builder::RedisStoreBuilder;
+pub use self::coalesce::Coalesce;
+use self::coalesce::{Answer, Calls, Lane};
 use self::keys::{is_state_of, scan_pattern};
-use self::script::{Plan, Step};
+use self::script::{Plan, Step, load_command, plain_call};
 use self::topology::{Topology, slot_of};
 use super::resilient::gate;
 use super::{Hit, Store, check_cost, validate_key};
-use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
 mod builder;
+mod coalesce;
 mod cross_slot;
 mod keys;
 mod script;
@@ -92,8 +95,8 @@ const PIPELINE_BUFFER: usize = 1024;
 /// pause from 100 ms without a cap, and every call waits for the pending
 /// reconnection: after a 5 s outage the store came back 5 s late.
 const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
-/// Further attempts when the script cache is flushed again while redis-rs
-/// reloads the script (see `Inner::invoke`).
+/// Further attempts when the script cache is flushed again right after
+/// the script was loaded (see `Inner::invoke_cluster`).
 const NOSCRIPT_RETRIES: u32 = 3;
 /// Keys asked for per SCAN round trip in [`RedisStore::reset`].
 const SCAN_COUNT: usize = 1000;
@@ -117,17 +120,21 @@ struct Inner {
     connection: Connection,
     prefix: String,
     timeout: Duration,
-    clock: Option<Arc<dyn Clock>>,
-    margin_ms: u64,
-    /// Which master serves which slot (a cluster only).
+    /// The clock, the expiry margin, the deadline and coalescing: how the
+    /// lanes call Redis.
+    calls: Arc<Calls>,
+    /// Which master serves which slot, and each master's lane (a cluster
+    /// only).
     topology: Option<Arc<Topology>>,
 }
 
 #[derive(Clone)]
 enum Connection {
-    /// One Redis: a multiplexed connection that reconnects by itself.
-    Node(ConnectionManager),
-    /// Redis Cluster: routes by slot and follows MOVED/ASK.
+    /// One Redis: a multiplexed connection that reconnects by itself, and
+    /// the queue of decisions waiting for it.
+    Node(Arc<Lane>),
+    /// Redis Cluster: routes by slot and follows MOVED/ASK (each master's
+    /// lane is in the topology).
     Cluster(ClusterConnection),
 }
 
@@ -139,12 +146,13 @@ impl std::fmt::Debug for RedisStore {
             .field("timeout", &self.inner.timeout)
             .field(
                 "clock",
-                &if self.inner.clock.is_some() {
+                &if self.inner.calls.clock.is_some() {
                     "client"
                 } else {
                     "server"
                 },
             )
+            .field("coalesce", &self.inner.calls.coalesce)
             .finish_non_exhaustive()
     }
 }
@@ -164,6 +172,20 @@ impl RedisStore {
     /// True when connected to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner.connection, Connection::Cluster(_))
+    }
+
+    /// Decisions waiting for a script call to take them, on every node
+    /// (see [`Coalesce`]). Each waits within the store's deadline at most:
+    /// 0 soon after the load stops.
+    pub fn waiting(&self) -> usize {
+        self.inner.lanes().iter().map(|lane| lane.waiting()).sum()
+    }
+
+    /// Coalesced script calls being sent or awaiting their answer, on every
+    /// node: at most [`Coalesce::max_in_flight`] per node, and 0 soon after
+    /// the load stops.
+    pub fn calls_in_flight(&self) -> usize {
+        self.inner.lanes().iter().map(|lane| lane.senders()).sum()
     }
 
     /// The Redis key that holds `rule`'s state for `key` (for diagnostics
@@ -198,6 +220,15 @@ fn describe(e: &redis::RedisError) -> String {
 }
 
 impl Inner {
+    /// Every node's lane.
+    fn lanes(&self) -> Vec<Arc<Lane>> {
+        match (&self.connection, &self.topology) {
+            (Connection::Node(lane), _) => vec![Arc::clone(lane)],
+            (Connection::Cluster(_), Some(topology)) => topology.lanes(),
+            (Connection::Cluster(_), None) => Vec::new(),
+        }
+    }
+
     fn store_error(&self, e: redis::RedisError) -> Error {
         if e.is_timeout() {
             Error::Timeout(self.timeout)
@@ -232,8 +263,12 @@ impl Inner {
 
     /// Runs one call of `plan` (all its keys in one slot), through the
     /// circuit breaker of the node that serves it when there is one.
-    async fn run(&self, plan: &Plan, step: Option<(Step, &str)>) -> Result<Vec<Decision>> {
-        let node = plan.keys.first().and_then(|key| self.node_of(key));
+    async fn run(
+        &self,
+        plan: &Plan<'_>,
+        step: Option<(Step, &str)>,
+    ) -> Result<SmallVec<[Decision; 1]>> {
+        let node = self.node_of(plan.route());
         let permit = match &node {
             Some(node) => gate::enter(node)?,
             None => None,
@@ -248,67 +283,104 @@ impl Inner {
         result
     }
 
-    /// Runs one call of `plan`, on no breaker's account.
+    /// Decides `plan`, on no breaker's account: through the lane of the
+    /// node that serves it (alone or coalesced, see `coalesce.rs`).
+    ///
+    /// On a cluster the lane is that of the master that serves the slot
+    /// (see `topology.rs`); when the slot moved (`MOVED`, `ASK`), or the
+    /// map is not known yet, the call goes alone through the cluster
+    /// connection, which follows it.
     async fn run_unguarded(
         &self,
-        plan: &Plan,
+        plan: &Plan<'_>,
         step: Option<(Step, &str)>,
-    ) -> Result<Vec<Decision>> {
-        let now = self.clock.as_ref().map(|c| c.now_micros());
-        let call = plan.invocation(now, self.margin_ms, step);
-        let route = plan.keys.first().map_or("", String::as_str);
-        let reply = match tokio::time::timeout(self.timeout, self.invoke(&call, route)).await {
-            Ok(Ok(reply)) => reply,
-            Ok(Err(e)) => return Err(plan.conflict(&e).unwrap_or_else(|| self.store_error(e))),
-            Err(_) => return Err(Error::Timeout(self.timeout)),
+    ) -> Result<SmallVec<[Decision; 1]>> {
+        let part = plan.part(step);
+        // The cluster connection's future is large and rarely needed:
+        // boxed, so that it does not weigh on every decision's future.
+        let answer = match &self.connection {
+            Connection::Node(lane) => lane.decide(part).await,
+            Connection::Cluster(cluster) => match self.lane_of(plan.route()) {
+                Some(lane) => match lane.decide(part).await {
+                    Answer::Moved => {
+                        self.slots_moved();
+                        Box::pin(self.invoke_cluster(cluster, plan, step)).await
+                    }
+                    other => other,
+                },
+                None => Box::pin(self.invoke_cluster(cluster, plan, step)).await,
+            },
         };
-        plan.decisions(&reply)
+        match answer {
+            Answer::Reply(value) => plan.decisions(&value),
+            Answer::Refused(e, base) => Err(plan
+                .conflict(&e, base)
+                .unwrap_or_else(|| self.store_error(e))),
+            Answer::Moved => Err(Error::Store(
+                "the slot moved while its call was redirected".into(),
+            )),
+            Answer::Failed(error) => Err(error),
+        }
     }
 
-    /// Runs the script. On NOSCRIPT, redis-rs loads it and sends it again,
-    /// once; if the cache was flushed again in between, that answers
-    /// NOSCRIPT too, and the call is retried a few more times (the script
-    /// did not run, so nothing is applied twice). Any other error, and a
-    /// timeout, is never retried.
-    ///
-    /// On a cluster the call goes to the master that serves the slot of
-    /// `route` (a key of the call) over that master's own connection (see
-    /// `topology.rs`); when the slot moved (`MOVED`, `ASK`), or the map is
-    /// not known yet, through the cluster connection, which follows it.
-    async fn invoke(
+    /// One call of `plan` alone through the cluster connection (which
+    /// follows MOVED and ASK), within the deadline. The script is loaded
+    /// on the node that answers `NOSCRIPT` and the call sent again, a few
+    /// times at most (it did not run, so nothing is applied twice); any
+    /// other error, and a timeout, is never retried.
+    async fn invoke_cluster(
         &self,
-        call: &redis::ScriptInvocation<'_>,
-        route: &str,
-    ) -> redis::RedisResult<redis::Value> {
-        let mut retries = 0;
-        loop {
-            let result = match &self.connection {
-                Connection::Node(c) => call.invoke_async(&mut c.clone()).await,
-                Connection::Cluster(cluster) => match self.master_connection(route) {
-                    Some(mut master) => match call.invoke_async(&mut master).await {
-                        Err(e) if is_redirect(&e) => {
-                            self.slots_moved();
-                            call.invoke_async(&mut cluster.clone()).await
-                        }
-                        other => other,
-                    },
-                    None => call.invoke_async(&mut cluster.clone()).await,
-                },
-            };
-            match result {
-                Err(e) if retries < NOSCRIPT_RETRIES && is_noscript(&e) => retries += 1,
-                other => return other,
+        cluster: &ClusterConnection,
+        plan: &Plan<'_>,
+        step: Option<(Step, &str)>,
+    ) -> Answer {
+        let call = async {
+            let mut cluster = cluster.clone();
+            let part = plan.part(step);
+            let command = plain_call(
+                &part,
+                self.calls.clock.as_ref().map(|c| c.now_micros()),
+                self.calls.margin_ms,
+            );
+            let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                Route::with_key(plan.route(), SlotAddr::Master),
+            ));
+            let mut retries = 0;
+            loop {
+                let reply = cluster
+                    .route_command(command.clone(), routing.clone())
+                    .await;
+                match reply {
+                    Err(e) if retries < NOSCRIPT_RETRIES && is_noscript(&e) => {
+                        retries += 1;
+                        cluster
+                            .route_command(load_command(), routing.clone())
+                            .await?;
+                    }
+                    other => return other,
+                }
             }
+        };
+        match tokio::time::timeout(self.timeout, call).await {
+            Ok(Ok(reply)) => Answer::Reply(reply),
+            Ok(Err(e)) => Answer::Refused(e, 0),
+            Err(_) => Answer::Failed(Error::Timeout(self.timeout)),
         }
+    }
+
+    /// The lane of the master serving `key`'s slot, when the slot map
+    /// knows it.
+    fn lane_of(&self, key: &str) -> Option<Arc<Lane>> {
+        let topology = self.topology.as_ref()?;
+        topology.refresh_if_due(false);
+        let node = topology.node_of(slot_of(key))?;
+        topology.lane(&node).ok()
     }
 
     /// The connection to the master serving `key`'s slot, when the slot
     /// map knows it.
     fn master_connection(&self, key: &str) -> Option<ConnectionManager> {
-        let topology = self.topology.as_ref()?;
-        topology.refresh_if_due(false);
-        let node = topology.node_of(slot_of(key))?;
-        topology.connection(&node).ok()
+        Some(self.lane_of(key)?.connection())
     }
 
     /// A slot answered from another node than the map said: fetch it again.
@@ -324,7 +396,7 @@ impl Inner {
         route_key: &str,
     ) -> Result<T> {
         match &self.connection {
-            Connection::Node(c) => self.within(cmd.query_async(&mut c.clone())).await,
+            Connection::Node(lane) => self.within(cmd.query_async(&mut lane.connection())).await,
             Connection::Cluster(c) => {
                 if let Some(mut master) = self.master_connection(route_key) {
                     return match tokio::time::timeout(self.timeout, cmd.query_async(&mut master))
@@ -354,8 +426,7 @@ impl Store for RedisStore {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
         validate_key(key)?;
         check_cost(rules, cost)?;
-        let hits: Vec<(&str, Rule, u64)> = rules.iter().map(|&r| (key, r, cost)).collect();
-        let plan = Plan::new(&self.inner.prefix, &hits)?;
+        let plan = Plan::new(&self.inner.prefix, rules.iter().map(|&r| (key, r, cost)))?;
         let decisions = self.inner.run(&plan, None).await?;
         Decision::combine(&decisions).ok_or(Error::NoRules)
     }
@@ -373,16 +444,17 @@ impl Store for RedisStore {
         for hit in hits {
             check_cost(&[hit.rule], hit.cost)?;
         }
-        let resolved: Vec<(&str, Rule, u64)> =
-            hits.iter().map(|h| (h.key, h.rule, h.cost)).collect();
-        let plan = Plan::new(&self.inner.prefix, &resolved)?;
+        let plan = Plan::new(
+            &self.inner.prefix,
+            hits.iter().map(|h| (h.key, h.rule, h.cost)),
+        )?;
         if self.is_cluster() {
             let first = slot_of(hits[0].key);
             if hits.iter().any(|h| slot_of(h.key) != first) {
-                return cross_slot::decide(&self.inner, &resolved).await;
+                return cross_slot::decide(&self.inner, hits).await;
             }
         }
-        self.inner.run(&plan, None).await
+        Ok(self.inner.run(&plan, None).await?.into_vec())
     }
 
     /// Deletes every rule's state of `key`.

@@ -1,40 +1,73 @@
-//! The one Lua script every decision runs, and the plan it is given.
+//! The one Lua script every decision runs, the plan of a decision, and
+//! how a decision travels: its part of a script call, and its answer.
 //!
 //! The text is constant (built at compile time from one file per
-//! algorithm plus the driver), so Redis caches it once and every decision
-//! is an EVALSHA with its parameters in KEYS and ARGV only.
+//! algorithm plus the drivers), so Redis caches it once and every call is
+//! an EVALSHA with its parameters in KEYS and ARGV only.
 //!
 //! Parameters and reply are little-endian doubles (every value is an
 //! integer below 2^53, so exact): Lua reads them with one `struct.unpack`
 //! and answers with one `struct.pack`, where text would cost a `tonumber`
 //! per parameter and a table per reply, a large part of the Redis CPU of a
 //! decision.
+//!
+//! A decision is planned once ([`Plan`]) and encoded once, by its caller,
+//! into a [`Part`]: its Redis keys and its numbers in one buffer. Whoever
+//! sends it copies the part into the command: alone ([`plain_call`]), or
+//! with the parts of other waiting decisions in one coalesced call
+//! ([`coalesced_call`], `batch.lua`). Either way the answer for it is
+//! the same value, decoded by the caller with its plan.
 
 use std::collections::HashMap;
+use std::io::Write as _;
 use std::sync::LazyLock;
 use std::time::Duration;
+
+use redis::RedisWrite as _;
+use smallvec::SmallVec;
 
 use crate::algorithm::Algorithm;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
-use super::keys::state_key;
+use super::keys::{state_key, write_state_key};
+use super::topology::slot_of;
 
 /// The script. The chunk runs in full on every EVALSHA, so it starts with
 /// what every call needs and the common call (one sliding-log hit), which
 /// returns before any function of the other paths is created: the exact
-/// integer helpers, the algorithms and the driver of batches.
+/// integer helpers, the algorithms, the driver of a call's hits and, last,
+/// the driver of coalesced calls. `sliding_log_one.lua` is a block placed
+/// twice: inline for a call of one hit, and as the function that decides
+/// such a hit inside a coalesced call (see that file).
 pub(crate) const SCRIPT_TEXT: &str = concat!(
     include_str!("prelude.lua"),
+    "if n == 1 and code == 0 then\nlocal index = 1\n",
     include_str!("sliding_log_one.lua"),
+    "end\n",
     include_str!("arith.lua"),
     include_str!("sliding_log.lua"),
     include_str!("sliding_counter.lua"),
     include_str!("fixed_window.lua"),
     include_str!("gcra.lua"),
     include_str!("main.lua"),
+    "local function sliding_log_one(index, now, L, W, cost, margin)\n",
+    include_str!("sliding_log_one.lua"),
+    "end\n",
+    include_str!("batch.lua"),
 );
+
+/// The script's SHA1, as EVALSHA names it.
+pub(crate) static SCRIPT_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(SCRIPT_TEXT).get_hash().to_owned());
+
+/// `SCRIPT LOAD` of the script (after a `NOSCRIPT`).
+pub(crate) fn load_command() -> redis::Cmd {
+    let mut cmd = redis::cmd("SCRIPT");
+    cmd.arg("LOAD").arg(SCRIPT_TEXT);
+    cmd
+}
 
 /// Bytes of one number in the parameters and the reply.
 const NUMBER: usize = 8;
@@ -45,9 +78,13 @@ const COMPACT_SHIFT: u32 = 26;
 /// The largest expiry margin sent, in ms (about 35 years): keeps the
 /// script's TTL arithmetic exact and within what PEXPIRE accepts.
 const MAX_MARGIN_MS: u64 = 1 << 40;
+/// Distinct states a plan finds by a linear search; beyond, by a map.
+const LINEAR_STATES: usize = 16;
 
-/// How a step of a cross-slot decision is told apart from a plain call.
+/// How a step of a cross-slot decision is told apart from a plain call,
+/// and a coalesced call from both (mode 4, see `batch.lua`).
 const STEP_SCALE: f64 = 1_048_576.0;
+const COALESCED: f64 = 4.0;
 /// How long the journal of a cross-slot step (and the tombstone an undo
 /// leaves) lives in Redis: the undo of a step is tried within it.
 pub(crate) const JOURNAL_LIFETIME: Duration = Duration::from_secs(2);
@@ -64,141 +101,151 @@ pub(crate) enum Step {
     Undo = 3,
 }
 
-pub(crate) static SCRIPT: LazyLock<redis::Script> =
-    LazyLock::new(|| redis::Script::new(SCRIPT_TEXT));
-
-/// One hit, resolved: which KEYS entry holds its state, what it costs and
-/// what is checked for it.
+/// One hit, resolved: which state (KEYS entry) it counts on, what it costs
+/// and what is checked for it.
 #[derive(Clone, Copy, Debug)]
 struct PlannedHit {
-    key_index: usize,
+    state: usize,
     rule: Rule,
     cost: u64,
     asked: u64,
 }
 
-/// What one script call decides: its keys and hits, in the caller's order.
+/// What one decision asks of the script: its states and hits, in the
+/// caller's order. Borrows the caller's keys: the Redis keys are written
+/// into the [`Part`] directly, and named again only for an error.
 #[derive(Debug)]
-pub(crate) struct Plan {
-    /// The Redis keys (KEYS), one per distinct state.
-    pub(crate) keys: Vec<String>,
-    /// The caller's key of each entry of `keys`, for errors.
-    owners: Vec<String>,
-    hits: Vec<PlannedHit>,
+pub(crate) struct Plan<'a> {
+    prefix: &'a str,
+    /// The distinct states, in KEYS order: the caller's key and the rule.
+    states: SmallVec<[(&'a str, Rule); 1]>,
+    hits: SmallVec<[PlannedHit; 1]>,
 }
 
-impl Plan {
+impl<'a> Plan<'a> {
     /// Resolves `hits` (already validated one by one) the way the memory
     /// store does: hits on the same Redis key (the same key and rule)
     /// share one state and add up, and a sum above the limit is
     /// [`Error::CostExceedsLimit`].
-    pub(crate) fn new(prefix: &str, hits: &[(&str, Rule, u64)]) -> Result<Plan> {
-        let mut keys: Vec<String> = Vec::with_capacity(hits.len());
-        let mut owners: Vec<String> = Vec::with_capacity(hits.len());
-        let mut totals: Vec<u64> = Vec::with_capacity(hits.len());
-        let mut index: HashMap<String, usize> = HashMap::with_capacity(hits.len());
-        let mut planned = Vec::with_capacity(hits.len());
-        for &(key, rule, cost) in hits {
-            let state = state_key(prefix, key, rule);
-            let key_index = match index.get(&state) {
-                Some(&i) => i,
+    pub(crate) fn new(
+        prefix: &'a str,
+        hits: impl IntoIterator<Item = (&'a str, Rule, u64)>,
+    ) -> Result<Plan<'a>> {
+        let hits = hits.into_iter();
+        let mut plan = Plan {
+            prefix,
+            states: SmallVec::new(),
+            hits: SmallVec::with_capacity(hits.size_hint().0),
+        };
+        let mut totals: SmallVec<[u64; 1]> = SmallVec::new();
+        // Only a long batch pays for a map.
+        let mut index: Option<HashMap<(&'a str, Rule), usize>> = None;
+        for (key, rule, cost) in hits {
+            let found = match &index {
+                Some(index) => index.get(&(key, rule)).copied(),
+                None => plan.states.iter().position(|&s| s == (key, rule)),
+            };
+            let state = match found {
+                Some(state) => state,
                 None => {
-                    index.insert(state.clone(), keys.len());
-                    keys.push(state);
-                    owners.push(key.to_owned());
+                    plan.states.push((key, rule));
                     totals.push(0);
-                    keys.len() - 1
+                    let state = plan.states.len() - 1;
+                    match &mut index {
+                        Some(index) => {
+                            index.insert((key, rule), state);
+                        }
+                        None if plan.states.len() > LINEAR_STATES => {
+                            index = Some(
+                                plan.states
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(i, &s)| (s, i))
+                                    .collect(),
+                            );
+                        }
+                        None => {}
+                    }
+                    state
                 }
             };
-            let total = totals[key_index].saturating_add(cost);
+            let total = totals[state].saturating_add(cost);
             if total > rule.limit() {
                 return Err(Error::CostExceedsLimit {
                     cost: total,
                     limit: rule.limit(),
                 });
             }
-            totals[key_index] = total;
-            planned.push(PlannedHit {
-                key_index,
+            totals[state] = total;
+            plan.hits.push(PlannedHit {
+                state,
                 rule,
                 cost,
                 asked: if cost == 0 { 0 } else { total },
             });
         }
-        Ok(Plan {
-            keys,
-            owners,
-            hits: planned,
-        })
+        Ok(plan)
     }
 
-    /// The typed error for a `KEYCONFLICT` reply (`KEYCONFLICT <index>
-    /// <what the key holds>`, see `arith.lua`), naming the caller's key and
-    /// the Redis key; `None` for any other error.
-    /// A `WRONGTYPE` error of a call with one key is that key's: the
-    /// common call reads its one key without `pcall` (it costs Redis CPU).
-    pub(crate) fn conflict(&self, error: &redis::RedisError) -> Option<Error> {
-        if error.code() == Some("WRONGTYPE") && self.keys.len() == 1 {
-            return Some(Error::KeyConflict {
-                key: self.owners.first()?.clone(),
-                detail: format!(
-                    "the Redis key {:?} holds another type of value (WRONGTYPE)",
-                    self.keys.first()?
-                ),
-            });
-        }
-        if error.code() != Some("KEYCONFLICT") {
-            return None;
-        }
-        let detail = error.detail().unwrap_or_default();
-        let (index, what) = detail.split_once(' ')?;
-        let i = index.parse::<usize>().ok()?.checked_sub(1)?;
-        // Errors raised inside a function carry the script's place: not
-        // the caller's business.
-        let what = what.split(" script: ").next().unwrap_or(what).trim();
-        Some(Error::KeyConflict {
-            key: self.owners.get(i)?.clone(),
-            detail: format!("the Redis key {:?} {what}", self.keys.get(i)?),
-        })
+    /// The caller's key of the first state: it names the slot of them all.
+    pub(crate) fn route(&self) -> &'a str {
+        self.states.first().map_or("", |&(key, _)| key)
     }
 
-    /// The script invocation: `now` is `None` for Redis' own clock.
+    /// The Redis key of the first state (for logs).
+    pub(crate) fn first_redis_key(&self) -> String {
+        self.states
+            .first()
+            .map_or_else(String::new, |&(key, rule)| {
+                state_key(self.prefix, key, rule)
+            })
+    }
+
+    /// This decision's part of a script call, for `step` of a cross-slot
+    /// decision (with its journal's key) or for a plain decision.
     ///
-    /// ARGV\[1\] holds, as little-endian doubles: now (µs, or -1 for
-    /// Redis' clock), the expiry margin (ms) and the number of hits; then
-    /// for one hit its algorithm code, limit, window (µs) and cost, and for
-    /// several, per hit its KEYS index (from 1), algorithm code, limit,
-    /// window, cost and checked cost. A cross-slot step (see [`Step`])
-    /// always uses the second layout, says its step in the number of hits
-    /// (`-(step * 2^20 + hits)`), ends with the journal's lifetime (ms), and
-    /// adds the journal's key last to KEYS.
-    pub(crate) fn invocation(
-        &self,
-        now: Option<u64>,
-        margin_ms: u64,
-        step: Option<(Step, &str)>,
-    ) -> redis::ScriptInvocation<'static> {
-        let mut call = SCRIPT.prepare_invoke();
-        for key in &self.keys {
-            call.key(key.as_str());
+    /// Its numbers are those of the decision's own call after `now` and
+    /// the margin: the hit count (`-(step * 2^20 + hits)` for a step), the
+    /// number of keys (not sent in a plain call), then for one hit its
+    /// algorithm code, limit, window (µs) and cost, and for several, per
+    /// hit its state (KEYS index from 1), algorithm code, limit, window,
+    /// cost and checked cost, and a step's journal lifetime (ms). Keys:
+    /// one per state, a step's journal last.
+    pub(crate) fn part(&self, step: Option<(Step, &str)>) -> Part {
+        let one = matches!((self.hits.as_slice(), step), ([_], None));
+        let numbers = 2 + if one { 4 } else { 6 * self.hits.len() + 1 };
+        let mut buf = Vec::with_capacity(
+            self.states.len() * (self.prefix.len() + 48)
+                + self.states.iter().map(|(key, _)| key.len()).sum::<usize>()
+                + step.map_or(0, |(_, journal)| journal.len() + 4)
+                + NUMBER * numbers,
+        );
+        for &(key, rule) in &self.states {
+            let at = buf.len();
+            buf.extend_from_slice(&[0; 4]);
+            write_state_key(&mut buf, self.prefix, key, rule);
+            set_length(&mut buf, at);
         }
         if let Some((_, journal)) = step {
-            call.key(journal);
+            let at = buf.len();
+            buf.extend_from_slice(&[0; 4]);
+            buf.extend_from_slice(journal.as_bytes());
+            set_length(&mut buf, at);
         }
-        let mut spec = Vec::with_capacity(NUMBER * (4 + 6 * self.hits.len()));
-        let mut put = |x: f64| spec.extend_from_slice(&x.to_le_bytes());
+        let keys_end = buf.len();
+        let nkeys = self.states.len() + usize::from(step.is_some());
+        let mut put = |x: f64| buf.extend_from_slice(&x.to_le_bytes());
         // Times, limits, windows and costs are all below 2^53 (times by
         // more than a century), so `as f64` is exact.
-        put(now.map_or(-1.0, |now| now as f64));
-        put(margin_ms.min(MAX_MARGIN_MS) as f64);
         let n = self.hits.len() as f64;
         put(match step {
             Some((step, _)) => -(f64::from(step as u8) * STEP_SCALE + n),
             None => n,
         });
+        put(nkeys as f64);
         match (self.hits.as_slice(), step) {
             ([hit], None) => {
-                // One hit: its key is KEYS[1] and it checks its own cost.
+                // One hit: its key is the first and it checks its own cost.
                 put(f64::from(algorithm_code(hit.rule.algorithm())));
                 put(hit.rule.limit() as f64);
                 put(hit.rule.window_micros() as f64);
@@ -206,7 +253,7 @@ impl Plan {
             }
             _ => {
                 for hit in &self.hits {
-                    put((hit.key_index + 1) as f64);
+                    put((hit.state + 1) as f64);
                     put(f64::from(algorithm_code(hit.rule.algorithm())));
                     put(hit.rule.limit() as f64);
                     put(hit.rule.window_micros() as f64);
@@ -218,16 +265,47 @@ impl Plan {
         if step.is_some() {
             put(JOURNAL_LIFETIME.as_millis() as f64);
         }
-        call.arg(spec);
-        call
+        Part {
+            buf,
+            keys_end,
+            nkeys,
+            slot: slot_of(self.route()),
+        }
     }
 
-    /// True when some hit consumes (a cost above 0).
-    pub(crate) fn consumes(&self) -> bool {
-        self.hits.iter().any(|h| h.cost > 0)
+    /// The typed error for a `KEYCONFLICT` reply (`KEYCONFLICT <index>
+    /// <what the key holds>`, see `arith.lua`; the index counts KEYS of
+    /// the whole call, this decision's from `base + 1`), naming the
+    /// caller's key and the Redis key; `None` for any other error.
+    /// A `WRONGTYPE` error of a decision with one key is that key's: the
+    /// common call reads its one key without `pcall` (it costs Redis CPU).
+    pub(crate) fn conflict(&self, error: &redis::RedisError, base: usize) -> Option<Error> {
+        let named = |i: usize, what: &str| {
+            let &(key, rule) = self.states.get(i)?;
+            Some(Error::KeyConflict {
+                key: key.to_owned(),
+                detail: format!(
+                    "the Redis key {:?} {what}",
+                    state_key(self.prefix, key, rule)
+                ),
+            })
+        };
+        if error.code() == Some("WRONGTYPE") && self.states.len() == 1 {
+            return named(0, "holds another type of value (WRONGTYPE)");
+        }
+        if error.code() != Some("KEYCONFLICT") {
+            return None;
+        }
+        let detail = error.detail().unwrap_or_default();
+        let (index, what) = detail.split_once(' ')?;
+        let i = index.parse::<usize>().ok()?.checked_sub(base + 1)?;
+        // Errors raised inside a function carry the script's place: not
+        // the caller's business.
+        let what = what.split(" script: ").next().unwrap_or(what).trim();
+        named(i, what)
     }
 
-    /// The script's reply as one decision per hit.
+    /// The script's answer for this decision, one decision per hit.
     ///
     /// Usually four little-endian doubles per hit: allowed, remaining,
     /// retry_after (µs), reset_after (µs). A single sliding-log hit answers
@@ -236,10 +314,10 @@ impl Plan {
     /// remaining, retry 0 and reset one window + 1 µs away (decided at
     /// `now`); `r < 0` is denied with nothing remaining, and
     /// `-r = retry_after * 2^26 + reset_after` (both below 2^26 µs).
-    pub(crate) fn decisions(&self, reply: &redis::Value) -> Result<Vec<Decision>> {
+    pub(crate) fn decisions(&self, reply: &redis::Value) -> Result<SmallVec<[Decision; 1]>> {
         let bytes = match reply {
             redis::Value::BulkString(bytes) => bytes,
-            &redis::Value::Int(r) => return self.compact_decision(r).map(|d| vec![d]),
+            &redis::Value::Int(r) => return self.compact_decision(r).map(|d| [d].into()),
             other => {
                 return Err(Error::Store(format!(
                     "the script answered an unexpected {other:?}"
@@ -305,6 +383,113 @@ impl Plan {
             }
         })
     }
+}
+
+/// Writes the length of what follows the 4 bytes at `at` into them.
+fn set_length(buf: &mut [u8], at: usize) {
+    let length = u32::try_from(buf.len() - at - 4).unwrap_or(u32::MAX);
+    buf[at..at + 4].copy_from_slice(&length.to_le_bytes());
+}
+
+/// One decision's part of a script call, encoded once by its caller: its
+/// Redis keys (each after its length, 4 bytes little-endian), then its
+/// numbers (see [`Plan::part`]).
+#[derive(Debug)]
+pub(crate) struct Part {
+    buf: Vec<u8>,
+    keys_end: usize,
+    nkeys: usize,
+    /// The Redis Cluster slot of its keys.
+    pub(crate) slot: u16,
+}
+
+impl Part {
+    /// How many KEYS it takes.
+    pub(crate) fn nkeys(&self) -> usize {
+        self.nkeys
+    }
+
+    /// Its size, to bound a coalesced call.
+    pub(crate) fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            let length = self.buf.get(at..at + 4)?;
+            let length = u32::from_le_bytes(length.try_into().ok()?) as usize;
+            let key = self.buf.get(at + 4..at + 4 + length)?;
+            at += 4 + length;
+            Some(key)
+        })
+        .take(self.nkeys)
+    }
+
+    /// The numbers of a coalesced call: the hit count, the key count, the rest.
+    fn numbers(&self) -> &[u8] {
+        &self.buf[self.keys_end..]
+    }
+}
+
+/// `EVALSHA` of the script with `nkeys` KEYS.
+fn evalsha(nkeys: usize) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(SCRIPT_SHA.as_str()).arg(nkeys);
+    cmd
+}
+
+/// The call of one decision alone, decided at `now` (`None`: Redis' clock).
+pub(crate) fn plain_call(part: &Part, now: Option<u64>, margin_ms: u64) -> redis::Cmd {
+    let mut cmd = evalsha(part.nkeys);
+    for key in part.keys() {
+        cmd.arg(key);
+    }
+    let numbers = part.numbers();
+    let mut head = header(now, margin_ms);
+    head[2 * NUMBER..].copy_from_slice(&numbers[..NUMBER]);
+    let mut argv = cmd.writer_for_next_arg();
+    // Writing to a Vec cannot fail.
+    let _ = argv.write_all(&head);
+    let _ = argv.write_all(&numbers[2 * NUMBER..]);
+    drop(argv);
+    cmd
+}
+
+/// The call that decides `parts` one after the other (`batch.lua`), at
+/// one `now`.
+pub(crate) fn coalesced_call<'p>(
+    parts: impl Iterator<Item = &'p Part> + Clone,
+    now: Option<u64>,
+    margin_ms: u64,
+) -> redis::Cmd {
+    let (count, nkeys) = parts
+        .clone()
+        .fold((0usize, 0usize), |(c, k), p| (c + 1, k + p.nkeys));
+    let mut cmd = evalsha(nkeys);
+    for part in parts.clone() {
+        for key in part.keys() {
+            cmd.arg(key);
+        }
+    }
+    let mut argv = cmd.writer_for_next_arg();
+    let mut head = header(now, margin_ms);
+    head[2 * NUMBER..].copy_from_slice(&(-(COALESCED * STEP_SCALE + count as f64)).to_le_bytes());
+    let _ = argv.write_all(&head);
+    for part in parts {
+        let _ = argv.write_all(part.numbers());
+    }
+    drop(argv);
+    cmd
+}
+
+/// now (µs, or -1 for Redis' clock), the expiry margin (ms), and room for
+/// the hit count (the prelude's first three numbers).
+fn header(now: Option<u64>, margin_ms: u64) -> [u8; 3 * NUMBER] {
+    let mut head = [0u8; 3 * NUMBER];
+    head[..NUMBER].copy_from_slice(&now.map_or(-1.0, |now| now as f64).to_le_bytes());
+    head[NUMBER..2 * NUMBER].copy_from_slice(&(margin_ms.min(MAX_MARGIN_MS) as f64).to_le_bytes());
+    head
 }
 
 fn algorithm_code(algorithm: Algorithm) -> u8 {

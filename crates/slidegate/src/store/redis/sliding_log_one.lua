@@ -1,214 +1,223 @@
--- slidegate: the sliding log for one hit, the call nearly every decision
+-- slidegate: the sliding log for one hit, the decision nearly every call
 -- makes: the steps of sliding_log.lua (which describes the layout and
--- serves batches), inline on locals, with no table and no closure (a
+-- serves batches of hits), on locals, with no table and no closure (a
 -- closure over these locals costs more than a redis.call). Deciding takes
--- two redis.calls (TIME and one GETRANGE), admitting one more (SETRANGE, or
--- SET when the log starts or is compacted). A denial decided by any record
--- but the oldest live one (costs above 1, or a record given back by a
--- cross-slot undo) falls through to the batch code, which decides the call
--- afresh: nothing has been written by then.
+-- one GETRANGE (and TIME once per call), admitting one more call
+-- (SETRANGE, or SET when the log starts or is compacted). A denial decided
+-- by any record but the oldest live one (costs above 1, or a record given
+-- back by a cross-slot undo) falls through to the general code, which
+-- decides afresh: nothing has been written by then.
+--
+-- This file is a block, not a chunk: script.rs places it twice. Inline at
+-- the top of the script, for a call of one hit (index 1), where `return`
+-- answers the call and falling off the end goes on to the general code;
+-- and as the body of `sliding_log_one(index, now, L, W, cost, margin)` for
+-- the decisions of a coalesced call (batch.lua), where falling off the end
+-- returns nil. The same text either way, so both decide alike; the inline
+-- copy spares the common call the closure (about 2,000 instructions). An
+-- answer that wrote nothing says so with a second value, true (a call of
+-- one hit answers with the first value only): a coalesced call may answer
+-- the same question on the same state again without deciding it again.
 --
 -- The two common answers are integers (cheaper for Redis than a string):
 -- r >= 0 is allowed, r remaining, retry 0 and reset W + 1 µs away (decided
 -- at now); r < 0 is denied, nothing remaining, -r = retry * 2^26 + reset
 -- (both below 2^26 µs). Any other answer is the usual four doubles.
 
-if n == 1 and code == 0 then
-  local key = KEYS[1]
-  -- The header and up to 64 bytes of records before it: all of a small log.
-  -- A key of another type (WRONGTYPE, turned into an error naming the key
-  -- by the store), or a string that is not a log of this format, is
-  -- refused: never decoded, never overwritten. Checked without a call more
-  -- than before the checks (this is the call every decision makes).
-  local raw = redis.call('GETRANGE', key, '-136', '-1')
-  local size = #raw
-  local live, H, o1, T1, nt, nT = false, 0, 0, 0, 0, 0
-  if size > 0 then
-    local mark
-    if size >= 72 then
-      mark, H, o1, T1, nt, nT = bunpack('<Bddddd', raw, size - 71)
-    end
-    if mark ~= 254 or not (H <= T1 and T1 <= nT and o1 <= nt) then
-      return redis.error_reply('KEYCONFLICT 1 holds a string that is not a sliding log of this version')
-    end
-    live = true
+local key = KEYS[index]
+-- The header and up to 64 bytes of records before it: all of a small log.
+-- A key of another type (WRONGTYPE, turned into an error naming the key
+-- by the store), or a string that is not a log of this format, is
+-- refused: never decoded, never overwritten. Checked without a call more
+-- than before the checks (this is the call every decision makes).
+local raw = redis.call('GETRANGE', key, '-136', '-1')
+local size = #raw
+local live, H, o1, T1, nt, nT = false, 0, 0, 0, 0, 0
+if size > 0 then
+  local mark
+  if size >= 72 then
+    mark, H, o1, T1, nt, nT = bunpack('<Bddddd', raw, size - 71)
   end
-  local t = now
-  if live and nt > now then
-    t = nt
+  if mark ~= 254 or not (H <= T1 and T1 <= nT and o1 <= nt) then
+    return redis.error_reply(format('KEYCONFLICT %d holds a string that is not a sliding log of this version', index))
   end
-  -- The rest of the header, unpacked when needed.
-  local s, e, exp, fmt, ow, tw
+  live = true
+end
+local t = now
+if live and nt > now then
+  t = nt
+end
+-- The rest of the header, unpacked when needed.
+local s, e, exp, fmt, ow, tw
 
-  -- Drop the records more than a window old (in the header only: the bytes
-  -- stay until the next compaction). Dropping changes the state even when
-  -- nothing is recorded: a clock that steps back must not revive them.
-  local dropped
-  if live and o1 + W < t then
-    dropped = true
-    if nt + W < t then
-      live = false
-    else
-      s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
-      -- The first live record: the oldest is expired and the newest is
-      -- not, so gallop from the oldest (records 1, 2, 4, ... after it) to
-      -- the first live one seen, then bisect: O(log k) records read for k
-      -- expired ones, whatever was left behind (one record, usually).
-      -- Each comes from the bytes in hand or one short GETRANGE; stored
-      -- times and totals are truncated, and decoded against the newest
-      -- record (see sliding_log.lua).
-      local rec, M, MT = ow + tw, 256 ^ ow, 256 ^ tw
-      local ntm, nTm, rawstart = nt % M, nT % MT, e - (size - 72)
-      local lo, hi, step = 0, (e - s) / rec - 1, 1
-      local before, at, total = T1, nt, nT
-      while hi - lo > 1 do
-        local i
-        if step and step < hi then
-          i, step = step, step * 2
-        else
-          step = nil
-          i = lo + (hi - lo - (hi - lo) % 2) / 2
-        end
-        local p, back, less = s + i * rec
-        if p >= rawstart then
-          back, less = bunpack(fmt, raw, p - rawstart + 1)
-        else
-          back, less = bunpack(fmt, redis.call('GETRANGE', key, format('%d', p), format('%d', p + rec - 1)))
-        end
-        back, less = ntm - back, nTm - less
-        if back < 0 then
-          back = back + M
-        end
-        if less < 0 then
-          less = less + MT
-        end
-        if nt - back + W < t then
-          lo, before = i, nT - less
-        else
-          hi, at, total, step = i, nt - back, nT - less, nil
-        end
-      end
-      H, o1, T1, s = before, at, total, s + hi * rec
-    end
-  end
-
-  local usage, reset_now = 0, 0
-  if live then
-    usage = nT - H
-    reset_now = nt + W + 1 - now
-  end
-  local need, reply = cost
-  if need < 1 then
-    need = 1
-  end
-  if usage + need > L then
-    -- Passes once the records up to the first whose running total reaches
-    -- nT + need - L have expired: the oldest when every record costs 1.
-    if T1 >= nT + need - L then
-      local retry = o1 + W + 1 - now
-      if usage >= L and reset_now < 67108864 then
-        reply = -(retry * 67108864 + reset_now)
-      else
-        reply = bpack('<dddd', 0, L - usage, retry, reset_now)
-      end
-    end
-  elseif cost == 0 then
-    reply = bpack('<dddd', 1, L - usage, 0, reset_now)
+-- Drop the records more than a window old (in the header only: the bytes
+-- stay until the next compaction). Dropping changes the state even when
+-- nothing is recorded: a clock that steps back must not revive them.
+local dropped
+if live and o1 + W < t then
+  dropped = true
+  if nt + W < t then
+    live = false
   else
-    -- Admitted: record (t, cost); the key must outlive the new record.
-    local deadline = t + W + 1
-    local value, offset, expire
-    if not live then
-      -- A new log, written whole: widths such that 256^ow > W, 256^tw > L.
-      ow, tw = 1, 1
-      while 256 ^ ow <= W do
-        ow = ow + 1
-      end
-      while 256 ^ tw <= L do
-        tw = tw + 1
-      end
-      fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
-      exp, expire = deadline, true
-      value = bpack(fmt .. 'Bddddddddc5BB', t, cost, 254, 0, t, cost, t, cost, 0, ow + tw, exp, fmt, ow, tw)
-    else
-      if not s then
-        s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
-      end
-      local rec, rawstart = ow + tw, e - (size - 72)
-      nT = nT + cost
-      if t == nt then
-        -- Same µs as the newest record: it takes the cost.
-        if s == e - rec then
-          T1 = nT
-        end
+    s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
+    -- The first live record: the oldest is expired and the newest is
+    -- not, so gallop from the oldest (records 1, 2, 4, ... after it) to
+    -- the first live one seen, then bisect: O(log k) records read for k
+    -- expired ones, whatever was left behind (one record, usually).
+    -- Each comes from the bytes in hand or one short GETRANGE; stored
+    -- times and totals are truncated, and decoded against the newest
+    -- record (see sliding_log.lua).
+    local rec, M, MT = ow + tw, 256 ^ ow, 256 ^ tw
+    local ntm, nTm, rawstart = nt % M, nT % MT, e - (size - 72)
+    local lo, hi, step = 0, (e - s) / rec - 1, 1
+    local before, at, total = T1, nt, nT
+    while hi - lo > 1 do
+      local i
+      if step and step < hi then
+        i, step = step, step * 2
       else
-        nt, e = t, e + rec
+        step = nil
+        i = lo + (hi - lo - (hi - lo) % 2) / 2
       end
-      if H >= 1099511627776 then
-        -- Keep totals far below 2^53: shift them by a multiple of 256^tw,
-        -- which leaves every stored total as it is.
-        local d = H - H % 256 ^ tw
-        H, T1, nT = H - d, T1 - d, nT - d
+      local p, back, less = s + i * rec
+      if p >= rawstart then
+        back, less = bunpack(fmt, raw, p - rawstart + 1)
+      else
+        back, less = bunpack(fmt, redis.call('GETRANGE', key, format('%d', p), format('%d', p + rec - 1)))
       end
-      local pos, slack = e - rec, (W - W % 2) / 2
-      if s >= 64 and s > e - s then
-        -- As many bytes dead as live: rewrite the live ones (O(1) amortized).
-        local kept = ''
-        if pos > s then
-          if s >= rawstart then
-            kept = string.sub(raw, s - rawstart + 1, pos - rawstart)
-          else
-            kept = redis.call('GETRANGE', key, format('%d', s), format('%d', pos - 1))
-          end
+      back, less = ntm - back, nTm - less
+      if back < 0 then
+        back = back + M
+      end
+      if less < 0 then
+        less = less + MT
+      end
+      if nt - back + W < t then
+        lo, before = i, nT - less
+      else
+        hi, at, total, step = i, nt - back, nT - less, nil
+      end
+    end
+    H, o1, T1, s = before, at, total, s + hi * rec
+  end
+end
+
+local usage, reset_now = 0, 0
+if live then
+  usage = nT - H
+  reset_now = nt + W + 1 - now
+end
+local need, reply = cost
+if need < 1 then
+  need = 1
+end
+if usage + need > L then
+  -- Passes once the records up to the first whose running total reaches
+  -- nT + need - L have expired: the oldest when every record costs 1.
+  if T1 >= nT + need - L then
+    local retry = o1 + W + 1 - now
+    if usage >= L and reset_now < 67108864 then
+      reply = -(retry * 67108864 + reset_now)
+    else
+      reply = bpack('<dddd', 0, L - usage, retry, reset_now)
+    end
+  end
+elseif cost == 0 then
+  reply = bpack('<dddd', 1, L - usage, 0, reset_now)
+else
+  -- Admitted: record (t, cost); the key must outlive the new record.
+  local deadline = t + W + 1
+  local value, offset, expire
+  if not live then
+    -- A new log, written whole: widths such that 256^ow > W, 256^tw > L.
+    ow, tw = 1, 1
+    while 256 ^ ow <= W do
+      ow = ow + 1
+    end
+    while 256 ^ tw <= L do
+      tw = tw + 1
+    end
+    fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
+    exp, expire = deadline, true
+    value = bpack(fmt .. 'Bddddddddc5BB', t, cost, 254, 0, t, cost, t, cost, 0, ow + tw, exp, fmt, ow, tw)
+  else
+    if not s then
+      s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
+    end
+    local rec, rawstart = ow + tw, e - (size - 72)
+    nT = nT + cost
+    if t == nt then
+      -- Same µs as the newest record: it takes the cost.
+      if s == e - rec then
+        T1 = nT
+      end
+    else
+      nt, e = t, e + rec
+    end
+    if H >= 1099511627776 then
+      -- Keep totals far below 2^53: shift them by a multiple of 256^tw,
+      -- which leaves every stored total as it is.
+      local d = H - H % 256 ^ tw
+      H, T1, nT = H - d, T1 - d, nT - d
+    end
+    local pos, slack = e - rec, (W - W % 2) / 2
+    if s >= 64 and s > e - s then
+      -- As many bytes dead as live: rewrite the live ones (O(1) amortized).
+      local kept = ''
+      if pos > s then
+        if s >= rawstart then
+          kept = string.sub(raw, s - rawstart + 1, pos - rawstart)
+        else
+          kept = redis.call('GETRANGE', key, format('%d', s), format('%d', pos - 1))
         end
+      end
+      exp, expire = deadline + slack, true
+      value = kept .. bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
+    else
+      -- Usually: the newest record and the header, in place. The expiry
+      -- moves only when the key would otherwise expire too early, and then
+      -- half a window further: a busy key sets it once per half window.
+      -- An admission clamped to the newest record (a caller whose clock
+      -- is behind the one that wrote it) sets it too: the TTL that caller
+      -- set was measured on a clock ahead of this one.
+      if exp < deadline then
         exp, expire = deadline + slack, true
-        value = kept .. bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
-      else
-        -- Usually: the newest record and the header, in place. The expiry
-        -- moves only when the key would otherwise expire too early, and then
-        -- half a window further: a busy key sets it once per half window.
-        -- An admission clamped to the newest record (a caller whose clock
-        -- is behind the one that wrote it) sets it too: the TTL that caller
-        -- set was measured on a clock ahead of this one.
-        if exp < deadline then
-          exp, expire = deadline + slack, true
-        elseif t > now then
-          expire = true
-        end
-        offset = pos
-        value = bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
+      elseif t > now then
+        expire = true
       end
+      offset = pos
+      value = bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
     end
-    local ttl
+  end
+  local ttl
+  if expire then
+    local x = exp - now
+    ttl = (x - x % 1000) / 1000 + margin
+    if x % 1000 > 0 then
+      ttl = ttl + 1
+    end
+    ttl = format('%d', ttl)
+  end
+  if offset then
+    redis.call('SETRANGE', key, format('%d', offset), value)
     if expire then
-      local x = exp - now
-      ttl = (x - x % 1000) / 1000 + margin
-      if x % 1000 > 0 then
-        ttl = ttl + 1
-      end
-      ttl = format('%d', ttl)
+      redis.call('PEXPIRE', key, ttl)
     end
-    if offset then
-      redis.call('SETRANGE', key, format('%d', offset), value)
-      if expire then
-        redis.call('PEXPIRE', key, ttl)
-      end
+  else
+    redis.call('SET', key, value, 'PX', ttl)
+  end
+  if t == now then
+    return L - usage - cost
+  end
+  return bpack('<dddd', 1, L - usage - cost, 0, deadline - now)
+end
+if reply then
+  if dropped then
+    if not live then
+      redis.call('DEL', key)
     else
-      redis.call('SET', key, value, 'PX', ttl)
+      redis.call('SETRANGE', key, format('%d', e), bpack('<Bddddddddc5BB', 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw))
     end
-    if t == now then
-      return L - usage - cost
-    end
-    return bpack('<dddd', 1, L - usage - cost, 0, deadline - now)
   end
-  if reply then
-    if dropped then
-      if not live then
-        redis.call('DEL', key)
-      else
-        redis.call('SETRANGE', key, format('%d', e), bpack('<Bddddddddc5BB', 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw))
-      end
-    end
-    return reply
-  end
+  return reply, not dropped
 end

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Mutex, RwLock};
 use redis::aio::ConnectionManager;
 
+use super::coalesce::Lane;
 use crate::error::Result;
 use crate::store::slot_key;
 
@@ -63,8 +64,8 @@ impl NodeUrl {
 /// Slot ranges `(first, last, master)`, sorted by `first`.
 type Ranges = Vec<(u16, u16, Arc<str>)>;
 
-/// Opens a connection to a node's URL (see `RedisStoreBuilder::node`).
-pub(crate) type Connect = dyn Fn(&str) -> Result<ConnectionManager> + Send + Sync;
+/// Opens a connection to a node's URL, with its lane (see `builder.rs`).
+pub(crate) type Connect = dyn Fn(&str) -> Result<Arc<Lane>> + Send + Sync;
 
 /// The slot map and the masters' connections, shared by every clone of
 /// one store.
@@ -74,7 +75,8 @@ pub(crate) struct Topology {
     seeds: Vec<Arc<str>>,
     url: NodeUrl,
     connect: Box<Connect>,
-    connections: Mutex<HashMap<Arc<str>, ConnectionManager>>,
+    /// Each master's connection and queue of decisions.
+    lanes: Mutex<HashMap<Arc<str>, Arc<Lane>>>,
     origin: Instant,
     /// When the map was last fetched (µs since `origin`, 0: never).
     fetched_us: AtomicU64,
@@ -99,7 +101,7 @@ impl Topology {
             seeds,
             url,
             connect,
-            connections: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(HashMap::new()),
             origin: Instant::now(),
             fetched_us: AtomicU64::new(0),
             fetching: AtomicBool::new(false),
@@ -130,15 +132,26 @@ impl Topology {
         masters
     }
 
+    /// The lane of `node` (`host:port`): its connection, opened on first
+    /// use, and its queue of decisions.
+    pub(crate) fn lane(&self, node: &str) -> Result<Arc<Lane>> {
+        let mut lanes = self.lanes.lock();
+        if let Some(lane) = lanes.get(node) {
+            return Ok(Arc::clone(lane));
+        }
+        let lane = (self.connect)(&self.url.of(node))?;
+        lanes.insert(node.into(), Arc::clone(&lane));
+        Ok(lane)
+    }
+
+    /// Every lane opened.
+    pub(crate) fn lanes(&self) -> Vec<Arc<Lane>> {
+        self.lanes.lock().values().cloned().collect()
+    }
+
     /// The connection to `node` (`host:port`), opened on first use.
     pub(crate) fn connection(&self, node: &str) -> Result<ConnectionManager> {
-        let mut connections = self.connections.lock();
-        if let Some(connection) = connections.get(node) {
-            return Ok(connection.clone());
-        }
-        let connection = (self.connect)(&self.url.of(node))?;
-        connections.insert(node.into(), connection.clone());
-        Ok(connection)
+        Ok(self.lane(node)?.connection())
     }
 
     /// Fetches the map again in the background when it is due: never
@@ -174,8 +187,9 @@ impl Topology {
     fn store(&self, ranges: Ranges) {
         let masters: Vec<Arc<str>> = ranges.iter().map(|(_, _, n)| Arc::clone(n)).collect();
         *self.ranges.write() = Arc::new(ranges);
-        // Connections to nodes that no longer serve a slot are closed.
-        self.connections
+        // Connections to nodes that no longer serve a slot are closed (a
+        // call still in flight on one keeps it until it is answered).
+        self.lanes
             .lock()
             .retain(|node, _| masters.iter().any(|m| m == node));
         self.fetched_us

@@ -1,0 +1,100 @@
+-- slidegate: a coalesced call, the decisions of several callers that were
+-- waiting while earlier calls to the same Redis were out (see coalesce.rs),
+-- decided one after the other, each exactly as a call of its own would
+-- decide it, and all of them atomically (one script call).
+--
+-- ARGV[1]: now, margin and -(4 * 2^20 + d) for d decisions (the prelude's
+-- first three numbers), then per decision: its hit count as a call of its
+-- own would send it (n, or -(step * 2^20 + n) for a cross-slot step), the
+-- number of its keys, then the rest of its own call's ARGV[1] (for one hit:
+-- algorithm, limit, window, cost; for several: six numbers per hit, and
+-- the journal's lifetime for a step). KEYS: each decision's keys in turn,
+-- its journal last for a step; key indices in a decision's numbers count
+-- from its first key.
+--
+-- Reply: one element per decision, what a call of its own would have
+-- answered: an integer, a string of doubles, or an error (a key conflict of
+-- one decision, or a cancelled cross-slot step, is that decision's alone:
+-- each decision runs under pcall, and every refusal happens before the
+-- decision writes anything).
+--
+-- `TIME` is read once, by the prelude: every decision of the call is
+-- decided at the same microsecond.
+
+-- One hit of another algorithm than the sliding log, or one the inline
+-- sliding log left to the general code (the same steps as the plain call's
+-- in main.lua).
+local function decide_one(index, algorithm_code, limit, window, c)
+  local algorithm = build(algorithm_code)
+  local st = algorithm.load(index, limit, window)
+  local allowed, _, remaining, retry, reset = algorithm.check(st, now, c)
+  if allowed == 1 and c > 0 then
+    algorithm.record(st, now, c)
+  end
+  if st.dirty and (st.existed or c > 0) then
+    algorithm.save(st, now, margin)
+  end
+  return bpack('<dddd', allowed, remaining, retry, reset)
+end
+
+-- Answers that wrote nothing, by Redis key: the cost asked and the answer.
+-- A decision on the same key with the same cost, while nothing has
+-- written to that key since, gets the same answer without deciding again:
+-- the key names its rule (limit, window, algorithm), every decision of the
+-- call has the same now, and a decision is a function of these and of the
+-- key's state alone. A hot key's denials cost a table lookup each, not a
+-- GETRANGE. Any decision that may write to a key forgets its answers.
+local unchanged = {}
+
+-- One hit: returns the answer, and true when it wrote nothing.
+local function decide_hit(index, algorithm_code, limit, window, c)
+  if algorithm_code == 0 then
+    local reply, wrote_nothing = sliding_log_one(index, now, limit, window, c, margin)
+    if reply then
+      return reply, wrote_nothing
+    end
+  end
+  return decide_one(index, algorithm_code, limit, window, c)
+end
+
+local spec, replies, at, base = ARGV[1], {}, 25, 0
+for d = 1, n do
+  -- For one hit, all of its numbers; for several, the first four unused.
+  local hits, nkeys, algorithm_code, limit, window, c = bunpack('<dddddd', spec, at)
+  local ok, reply, wrote_nothing = true, nil, false
+  if hits == 1 then
+    at = at + 48
+    local key = KEYS[base + 1]
+    local seen = unchanged[key]
+    if seen and seen[1] == c then
+      reply = seen[2]
+    else
+      unchanged[key] = nil
+      ok, reply, wrote_nothing = pcall(decide_hit, base + 1, algorithm_code, limit, window, c)
+      if ok and wrote_nothing then
+        unchanged[key] = { c, reply }
+      end
+    end
+  else
+    at = at + 16
+    local step = 0
+    if hits < 0 then
+      step = math.floor(-hits / 1048576)
+      hits = -hits % 1048576
+    end
+    for k = base + 1, base + nkeys do
+      unchanged[KEYS[k]] = nil
+    end
+    ok, reply = pcall(decide, spec, at, hits, step, base, nkeys)
+    at = at + 48 * hits
+    if step > 0 then
+      at = at + 8
+    end
+  end
+  if not ok and type(reply) ~= 'table' then
+    reply = { err = tostring(reply) }
+  end
+  replies[d] = reply
+  base = base + nkeys
+end
+return replies
