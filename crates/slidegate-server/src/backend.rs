@@ -153,7 +153,7 @@ impl Backend {
     pub async fn connect(args: &StoreArgs) -> Result<Backend, ConnectError> {
         match &args.url {
             StoreUrl::Memory => Ok(Backend::Memory(MemoryBackend {
-                store: Instrumented::new(
+                store: Instrumented::untimed(
                     MemoryStore::builder()
                         .max_keys(args.max_keys)
                         .max_bytes(args.max_memory_bytes)
@@ -219,6 +219,23 @@ impl Store for Backend {
                 other => other,
             },
             Backend::Redis(store) => store.acquire(key, rules, cost).await,
+        }
+    }
+
+    /// The memory store decides at once; the Redis store only from its
+    /// deny cache.
+    fn acquire_now(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+    ) -> Option<slidegate::Result<Decision>> {
+        match self {
+            Backend::Memory(m) => Some(match m.store.acquire_now(key, rules, cost)? {
+                Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
+                other => other,
+            }),
+            Backend::Redis(store) => store.acquire_now(key, rules, cost),
         }
     }
 

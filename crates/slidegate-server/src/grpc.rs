@@ -78,7 +78,9 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let _in_flight = crate::metrics::InFlight::start(Protocol::Grpc);
         let request = from_proto(request.into_inner(), &self.bounds)?;
-        let config = self.config.load_full();
+        // A guard, not a clone of the Arc: no write to the config's shared
+        // count per call.
+        let config = self.config.load();
         match service::check(&config, &self.store, &request).await {
             Ok(response) => {
                 crate::metrics::check_decisions(&request.domain, &response);

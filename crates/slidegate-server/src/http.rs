@@ -29,7 +29,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -44,7 +43,6 @@ use crate::bounds::Bounds;
 use crate::check_json::{RateLimitRequestJson, RateLimitResponseJson};
 use crate::config::RateLimitConfig;
 use crate::decision::{self, DecisionBody, Outcome};
-use crate::metrics::Protocol;
 use crate::response_headers::{self, ResponseHeaders};
 use crate::service::{self, CheckError, Code};
 
@@ -53,10 +51,12 @@ mod body;
 mod error;
 pub mod headers;
 mod json;
+mod layer;
 pub mod request;
 
 pub use body::JsonBody;
 pub use error::{ApiError, ErrorCode};
+pub use layer::{Api, ApiFuture, ApiLayer};
 
 /// The largest request body accepted: 64 KiB.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -175,8 +175,7 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
             StatusCode::REQUEST_TIMEOUT,
             REQUEST_TIMEOUT,
         ))
-        .layer(map_response(error::json_errors))
-        .layer(axum::middleware::from_fn(count_in_flight))
+        .layer(ApiLayer)
         .layer(TraceLayer::new_for_http())
 }
 
@@ -281,6 +280,7 @@ async fn metrics_text<S>(State(state): State<AppState<S>>) -> Result<Response, A
             "metrics are not enabled in this server",
         )
     })?;
+    crate::metrics::publish();
     let mut response = handle.render().into_response();
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
@@ -289,16 +289,13 @@ async fn metrics_text<S>(State(state): State<AppState<S>>) -> Result<Response, A
     Ok(response)
 }
 
-async fn count_in_flight(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let _in_flight = crate::metrics::InFlight::start(Protocol::Http);
-    next.run(request).await
-}
-
 fn decision_response(status: StatusCode, outcome: &Outcome) -> Response {
-    let mut response = (status, Json(DecisionBody::from(&outcome.decision))).into_response();
+    let body = DecisionBody::from(&outcome.decision).to_json();
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     headers::insert(
         response.headers_mut(),
         outcome,

@@ -122,6 +122,13 @@ fn push_part(out: &mut String, text: &str) {
         let _ = write!(out, "#{:032x}", key_digest(text.as_bytes()));
         return;
     }
+    if !text
+        .bytes()
+        .any(|b| matches!(b, b'%' | b'|' | b'=' | b'{' | b'}' | b'#'))
+    {
+        out.push_str(text);
+        return;
+    }
     for c in text.chars() {
         match c {
             '%' => out.push_str("%25"),

@@ -8,6 +8,12 @@ use slidegate_server::cli::{Cli, Command};
 use slidegate_server::config::{LoadOptions, RateLimitConfig};
 use slidegate_server::{bench, check, logging, serve};
 
+/// mimalloc: a request allocates a few dozen short-lived blocks (hyper's,
+/// tonic's, prost's, the decision's), which glibc's allocator serves at
+/// several times the cost (see docs/BENCHMARKS.md, "The server").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(error) = logging::init(cli.log_format) {

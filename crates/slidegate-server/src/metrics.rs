@@ -4,7 +4,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `slidegate_decisions_total` | counter | `source` (acquire, check), `domain`, `rule`, `outcome` (allowed, denied, shadow_denied, quota_exceeded, unlimited, degraded) |
-//! | `slidegate_store_call_duration_seconds` | histogram | `store`, `op` |
+//! | `slidegate_store_call_duration_seconds` | histogram | `store` (redis, redis_cluster: calls of the memory store are not timed), `op` |
 //! | `slidegate_store_errors_total` | counter | `store`, `kind` (timeout, unavailable, full) |
 //! | `slidegate_policy_decisions_total` | counter | `policy` (deny, allow, local) |
 //! | `slidegate_config_reloads_total` | counter | `result` (ok, error, refused) |
@@ -33,11 +33,12 @@
 //! configured domain plus 4 for `unknown` (overrides: allowed, denied,
 //! degraded; unmatched descriptors: unlimited), whatever the clients send.
 //!
-//! Handles whose labels are fixed (acquire, in flight, store calls, each
-//! configured limit) are registered once, on first use after [`install`],
+//! Handles whose labels are fixed (acquire, store calls, each configured
+//! limit) are registered once, on first use after [`install`],
 //! and reused: a `counter!` with labels looks the registry up on every call.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -99,13 +100,14 @@ pub fn install() -> PrometheusHandle {
     handle
 }
 
-/// The handle in `cell`, made by `make` the first time once the recorder
-/// is installed; before that, a fresh one each time.
-fn cached<T: Clone>(cell: &OnceLock<T>, make: impl FnOnce() -> T) -> T {
+/// Calls `with` on the handle in `cell`, made by `make` the first time once
+/// the recorder is installed; before that, on a fresh one each time. The
+/// handle is borrowed, not cloned: a clone would write to its shared count.
+fn cached<T>(cell: &OnceLock<T>, make: impl FnOnce() -> T, with: impl FnOnce(&T)) {
     if INSTALLED.get().is_some() {
-        cell.get_or_init(make).clone()
+        with(cell.get_or_init(make));
     } else {
-        make()
+        with(&make());
     }
 }
 
@@ -161,10 +163,11 @@ pub fn acquire_decision(decision: &Decision) {
     } else {
         DENIED
     };
-    cached(&ACQUIRE[outcome], || {
-        metrics::counter!(DECISIONS, "source" => "acquire", "domain" => "", "rule" => ADHOC_RULE, "outcome" => OUTCOMES[outcome])
-    })
-    .increment(1);
+    cached(
+        &ACQUIRE[outcome],
+        || metrics::counter!(DECISIONS, "source" => "acquire", "domain" => "", "rule" => ADHOC_RULE, "outcome" => OUTCOMES[outcome]),
+        |counter| counter.increment(1),
+    );
 }
 
 /// Counts the outcome of every descriptor of one Envoy check.
@@ -183,23 +186,26 @@ pub fn check_decisions(domain: &str, response: &CheckResponse) {
             (_, Outcome::ShadowDenied) => 2,
             (_, Outcome::QuotaExceeded) => 3,
         };
-        let counter = match name {
-            MetricName::Configured(limit) => limit_counter(domain, limit, outcome),
-            MetricName::Detailed(limit, key) if detailed_key_allowed(key) => {
-                check_counter(domain, key.clone(), outcome)
+        match name {
+            MetricName::Configured(limit) => count_limit(domain, limit, outcome),
+            MetricName::Detailed(_, key) if detailed_key_allowed(key) => {
+                check_counter(domain, key.clone(), outcome).increment(1);
             }
-            MetricName::Detailed(limit, _) => limit_counter(domain, limit, outcome),
-            MetricName::Override => check_counter(domain, OVERRIDE_RULE.to_owned(), outcome),
-            MetricName::NoLimit => check_counter(domain, String::new(), outcome),
-        };
-        counter.increment(1);
+            MetricName::Detailed(limit, _) => count_limit(domain, limit, outcome),
+            MetricName::Override => {
+                check_counter(domain, OVERRIDE_RULE.to_owned(), outcome).increment(1);
+            }
+            MetricName::NoLimit => check_counter(domain, String::new(), outcome).increment(1),
+        }
     }
 }
 
-fn limit_counter(domain: &str, limit: &Limit, outcome: usize) -> Counter {
-    cached(&limit.counters.0[outcome], || {
-        check_counter(domain, limit.full_key.clone(), outcome)
-    })
+fn count_limit(domain: &str, limit: &Limit, outcome: usize) {
+    cached(
+        &limit.counters.0[outcome],
+        || check_counter(domain, limit.full_key.clone(), outcome),
+        |counter| counter.increment(1),
+    );
 }
 
 fn check_counter(domain: &str, rule: String, outcome: usize) -> Counter {
@@ -233,7 +239,12 @@ fn detailed_key_allowed(key: &str) -> bool {
     true
 }
 
-static IN_FLIGHT: [OnceLock<Gauge>; 2] = [const { OnceLock::new() }; 2];
+/// Requests in flight per protocol, counted on the request path with one
+/// atomic add each way and copied into the gauges when the metrics are
+/// read ([`publish`]): the gauge's value is only ever seen then.
+static IN_FLIGHT: [AtomicI64; 2] = [const { AtomicI64::new(0) }; 2];
+static IN_FLIGHT_GAUGES: [OnceLock<Gauge>; 2] = [const { OnceLock::new() }; 2];
+const PROTOCOLS: [&str; 2] = ["http", "grpc"];
 
 /// The protocol of a request in flight.
 #[derive(Clone, Copy, Debug)]
@@ -244,28 +255,49 @@ pub enum Protocol {
     Grpc,
 }
 
-/// Holds the in-flight gauge of one protocol up while alive.
-pub struct InFlight(Gauge);
+/// Holds one request of a protocol in flight while alive.
+pub struct InFlight(usize);
 
 impl InFlight {
     /// One more request of `protocol` in flight.
     pub fn start(protocol: Protocol) -> InFlight {
-        let (index, name) = match protocol {
-            Protocol::Http => (0, "http"),
-            Protocol::Grpc => (1, "grpc"),
-        };
-        let gauge = cached(
-            &IN_FLIGHT[index],
-            || metrics::gauge!("slidegate_requests_in_flight", "protocol" => name),
-        );
-        gauge.increment(1.0);
-        InFlight(gauge)
+        let index = protocol as usize;
+        IN_FLIGHT[index].fetch_add(1, Ordering::Relaxed);
+        InFlight(index)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.decrement(1.0);
+        IN_FLIGHT[self.0].fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Brings the metrics kept outside the recorder up to date; called before
+/// they are rendered.
+pub fn publish() {
+    for (index, protocol) in PROTOCOLS.into_iter().enumerate() {
+        cached(
+            &IN_FLIGHT_GAUGES[index],
+            || metrics::gauge!("slidegate_requests_in_flight", "protocol" => protocol),
+            |gauge| gauge.set(IN_FLIGHT[index].load(Ordering::Relaxed) as f64),
+        );
+    }
+}
+
+/// How often [`upkeep`] drains the histograms' samples into their buckets.
+pub const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Drains the recorder's histogram samples into their buckets every
+/// [`UPKEEP_INTERVAL`], until the task is dropped. The recorder keeps every
+/// sample until then: without upkeep, a server that is never scraped would
+/// hold every store call's latency it ever measured.
+pub async fn upkeep(handle: PrometheusHandle) {
+    let mut every = tokio::time::interval(UPKEEP_INTERVAL);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        handle.run_upkeep();
     }
 }
 
@@ -283,6 +315,8 @@ const ERROR_KINDS: [&str; 3] = ["timeout", "full", "unavailable"];
 
 struct StoreHandles {
     name: &'static str,
+    /// Calls are timed (not those of the memory store).
+    timed: bool,
     latency: [OnceLock<Histogram>; 4],
     errors: [OnceLock<Counter>; 3],
 }
@@ -296,12 +330,28 @@ impl std::fmt::Debug for StoreHandles {
 }
 
 impl<S> Instrumented<S> {
-    /// Wraps `inner`, labelled `name` (memory, redis, redis_cluster).
+    /// Wraps `inner`, labelled `name` (redis, redis_cluster): its calls
+    /// are timed and its failures counted.
     pub fn new(inner: S, name: &'static str) -> Self {
+        Instrumented::with_timing(inner, name, true)
+    }
+
+    /// Wraps an in-process store, labelled `name` (memory): its failures
+    /// are counted, its calls are not timed. A call takes well under a
+    /// microsecond, below the histogram's first bucket (50 µs), so every
+    /// sample would land there and tell nothing that
+    /// `slidegate_decisions_total` does not, at the price of two clock
+    /// reads and a shared write per decision.
+    pub fn untimed(inner: S, name: &'static str) -> Self {
+        Instrumented::with_timing(inner, name, false)
+    }
+
+    fn with_timing(inner: S, name: &'static str, timed: bool) -> Self {
         Instrumented {
             inner,
             handles: Arc::new(StoreHandles {
                 name,
+                timed,
                 latency: Default::default(),
                 errors: Default::default(),
             }),
@@ -313,13 +363,21 @@ impl<S> Instrumented<S> {
         &self.inner
     }
 
-    fn observe<T>(&self, op: usize, started: Instant, result: &Result<T, Error>) {
-        let elapsed: Duration = started.elapsed();
+    /// The start of a call, when calls are timed.
+    fn start(&self) -> Option<Instant> {
+        self.handles.timed.then(Instant::now)
+    }
+
+    fn observe<T>(&self, op: usize, started: Option<Instant>, result: &Result<T, Error>) {
         let handles = &*self.handles;
-        cached(&handles.latency[op], || {
-            metrics::histogram!("slidegate_store_call_duration_seconds", "store" => handles.name, "op" => OPS[op])
-        })
-        .record(elapsed.as_secs_f64());
+        if let Some(started) = started {
+            let elapsed: Duration = started.elapsed();
+            cached(
+                &handles.latency[op],
+                || metrics::histogram!("slidegate_store_call_duration_seconds", "store" => handles.name, "op" => OPS[op]),
+                |histogram| histogram.record(elapsed.as_secs_f64()),
+            );
+        }
         if let Err(error) = result {
             let kind = match error {
                 Error::Timeout(_) => 0,
@@ -327,38 +385,46 @@ impl<S> Instrumented<S> {
                 Error::Store(_) => 2,
                 _ => return,
             };
-            cached(&handles.errors[kind], || {
-                metrics::counter!("slidegate_store_errors_total", "store" => handles.name, "kind" => ERROR_KINDS[kind])
-            })
-            .increment(1);
+            cached(
+                &handles.errors[kind],
+                || metrics::counter!("slidegate_store_errors_total", "store" => handles.name, "kind" => ERROR_KINDS[kind]),
+                |counter| counter.increment(1),
+            );
         }
     }
 }
 
 impl<S: Store> Store for Instrumented<S> {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision, Error> {
-        let started = Instant::now();
+        let started = self.start();
         let result = self.inner.acquire(key, rules, cost).await;
         self.observe(0, started, &result);
         result
     }
 
+    fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision, Error>> {
+        let started = self.start();
+        let result = self.inner.acquire_now(key, rules, cost)?;
+        self.observe(0, started, &result);
+        Some(result)
+    }
+
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>, Error> {
-        let started = Instant::now();
+        let started = self.start();
         let result = self.inner.acquire_batch(hits).await;
         self.observe(1, started, &result);
         result
     }
 
     async fn reset(&self, key: &str) -> Result<(), Error> {
-        let started = Instant::now();
+        let started = self.start();
         let result = self.inner.reset(key).await;
         self.observe(2, started, &result);
         result
     }
 
     async fn ready(&self) -> Result<(), Error> {
-        let started = Instant::now();
+        let started = self.start();
         let result = self.inner.ready().await;
         self.observe(3, started, &result);
         result

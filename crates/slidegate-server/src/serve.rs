@@ -30,6 +30,7 @@ const RELOAD_DEBOUNCE: Duration = Duration::from_millis(200);
 /// requests in flight are answered.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let metrics = crate::metrics::install();
+    let upkeep = tokio::spawn(crate::metrics::upkeep(metrics.clone()));
     let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;
@@ -81,6 +82,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         shutdown_signal(),
     )
     .await?;
+    upkeep.abort();
     tracing::info!("slidegate stopped");
     Ok(())
 }

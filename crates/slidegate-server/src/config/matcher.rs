@@ -7,13 +7,20 @@ use super::Limit;
 use super::yaml::DescriptorSpec;
 use crate::keyspace::CounterKey;
 
+/// The maps of a level are looked up with request text on every check:
+/// a fast hash. Their keys come from the config, so request text can only
+/// probe them, never fill them.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// One level of descriptors: exact `key`/`value` pairs, wildcard values
 /// (in file order) and key-only defaults.
 #[derive(Debug, Default)]
 pub(crate) struct Level {
     nodes: Vec<Node>,
-    exact: HashMap<(String, String), usize>,
-    defaults: HashMap<String, usize>,
+    /// Exact values by key, then by value: found without copying the
+    /// request's text into a composite key.
+    exact: Map<String, Map<String, usize>>,
+    defaults: Map<String, usize>,
     wildcards: Vec<usize>,
 }
 
@@ -22,6 +29,8 @@ pub(crate) struct Node {
     key: String,
     /// The configured value: a literal, or a pattern with `*` anywhere.
     value: Option<String>,
+    /// The value is a pattern.
+    wildcard: bool,
     limit: Option<Arc<Limit>>,
     share_threshold: bool,
     value_to_metric: bool,
@@ -33,6 +42,7 @@ impl Node {
         Node {
             key: spec.key.clone(),
             value: spec.value.clone(),
+            wildcard: spec.value.as_deref().is_some_and(|v| v.contains('*')),
             limit,
             share_threshold: spec.share_threshold,
             value_to_metric: spec.value_to_metric,
@@ -40,8 +50,10 @@ impl Node {
         }
     }
 
-    fn is_wildcard(&self) -> bool {
-        self.value.as_deref().is_some_and(|v| v.contains('*'))
+    /// The request's value goes into the stats key (`value_to_metric` on a
+    /// wildcard whose values have counters of their own).
+    fn shows_request_value(&self) -> bool {
+        self.wildcard && self.value_to_metric && !self.share_threshold
     }
 }
 
@@ -49,7 +61,9 @@ impl Level {
     pub(crate) fn contains(&self, key: &str, value: Option<&str>) -> bool {
         match value {
             Some(v) => {
-                self.exact.contains_key(&(key.to_owned(), v.to_owned()))
+                self.exact
+                    .get(key)
+                    .is_some_and(|values| values.contains_key(v))
                     || self.wildcards.iter().any(|&i| {
                         self.nodes[i].key == key && self.nodes[i].value.as_deref() == Some(v)
                     })
@@ -64,9 +78,12 @@ impl Level {
             None => {
                 self.defaults.insert(node.key.clone(), index);
             }
-            Some(_) if node.is_wildcard() => self.wildcards.push(index),
+            Some(_) if node.wildcard => self.wildcards.push(index),
             Some(value) => {
-                self.exact.insert((node.key.clone(), value.clone()), index);
+                self.exact
+                    .entry(node.key.clone())
+                    .or_default()
+                    .insert(value.clone(), index);
             }
         }
         self.nodes.push(node);
@@ -75,7 +92,8 @@ impl Level {
     fn find(&self, key: &str, value: &str) -> Option<&Node> {
         let index = self
             .exact
-            .get(&(key.to_owned(), value.to_owned()))
+            .get(key)
+            .and_then(|values| values.get(value))
             .or_else(|| {
                 self.wildcards.iter().find(|&&i| {
                     let node = &self.nodes[i];
@@ -103,56 +121,82 @@ pub struct Matched<'a> {
     pub detailed_key: Option<String>,
 }
 
-pub(crate) fn lookup<'a>(
+/// Walks `root` along `entries`, level by level, calling `visit` with each
+/// entry and the node it matched; returns the node of the last entry when
+/// it has a limit (a limit applies only at the descriptor's own depth).
+fn walk<'a, K, V>(
     root: &'a Level,
-    domain: &str,
-    entries: &[(&str, &str)],
-) -> Option<Matched<'a>> {
+    entries: &[(K, V)],
+    mut visit: impl FnMut(&str, &'a Node),
+) -> Option<&'a Node>
+where
+    K: AsRef<str>,
+    V: AsRef<str>,
+{
     let mut level = root;
-    let mut counter_key = CounterKey::configured(domain);
-    let mut metric_key = domain.to_owned();
-    let mut detailed = false;
-    let mut found = None;
     for (i, (key, value)) in entries.iter().enumerate() {
-        let node = level.find(key, value)?;
-        let counted_value = if node.share_threshold {
-            node.value.as_deref().unwrap_or(value)
-        } else {
-            value
-        };
-        counter_key.entry(key, counted_value);
-        metric_key.push('.');
-        metric_key.push_str(&node.key);
-        let shown = match node.value.as_deref() {
-            Some(_) if node.is_wildcard() && node.value_to_metric && !node.share_threshold => {
-                detailed = true;
-                Some(*value)
-            }
-            Some(configured) => Some(configured),
-            None => None,
-        };
-        if let Some(shown) = shown {
-            metric_key.push('_');
-            metric_key.push_str(shown);
-        }
-        let last = i + 1 == entries.len();
-        if last && let Some(limit) = &node.limit {
-            if limit.detailed_metric && node.value.is_none() {
-                detailed = true;
-                metric_key.push('_');
-                metric_key.push_str(value);
-            }
-            found = Some(limit);
+        let value = value.as_ref();
+        let node = level.find(key.as_ref(), value)?;
+        visit(value, node);
+        if i + 1 == entries.len() {
+            return node.limit.is_some().then_some(node);
         }
         if node.children.nodes.is_empty() {
-            break;
+            return None;
         }
         level = &node.children;
     }
-    found.map(|limit| Matched {
+    None
+}
+
+pub(crate) fn lookup<'a, K, V>(
+    root: &'a Level,
+    domain: &str,
+    entries: &[(K, V)],
+) -> Option<Matched<'a>>
+where
+    K: AsRef<str>,
+    V: AsRef<str>,
+{
+    // Found first, then named: a descriptor without a limit costs no key.
+    let mut detailed = false;
+    let last = walk(root, entries, |_, node| {
+        detailed |= node.shows_request_value();
+    })?;
+    let limit = last.limit.as_ref()?;
+    let detailed_limit = limit.detailed_metric && last.value.is_none();
+    let mut counter_key = CounterKey::configured(domain);
+    let mut metric_key = (detailed || detailed_limit).then(|| domain.to_owned());
+    walk(root, entries, |value, node| {
+        let counted_value = match node.value.as_deref() {
+            Some(pattern) if node.share_threshold => pattern,
+            _ => value,
+        };
+        counter_key.entry(&node.key, counted_value);
+        if let Some(metric_key) = &mut metric_key {
+            metric_key.push('.');
+            metric_key.push_str(&node.key);
+            let shown = match node.value.as_deref() {
+                Some(_) if node.shows_request_value() => Some(value),
+                configured => configured,
+            };
+            if let Some(shown) = shown {
+                metric_key.push('_');
+                metric_key.push_str(shown);
+            }
+        }
+    });
+    if detailed_limit
+        && let Some(metric_key) = &mut metric_key
+        && let Some((_, value)) = entries.last()
+    {
+        metric_key.push('_');
+        metric_key.push_str(value.as_ref());
+    }
+    Some(Matched {
         limit,
         counter_key: counter_key.finish(),
-        detailed_key: detailed.then_some(metric_key),
+        detailed_key: metric_key,
     })
 }
 

@@ -228,7 +228,11 @@ impl RateLimitConfig {
     /// envoyproxy/ratelimit finds it: level by level, an exact `key_value`
     /// first, then a wildcard value, then the key alone; a limit applies
     /// only at the descriptor's own depth.
-    pub fn lookup<'a>(&'a self, domain: &str, entries: &[(&str, &str)]) -> Option<Matched<'a>> {
+    pub fn lookup<'a, K, V>(&'a self, domain: &str, entries: &[(K, V)]) -> Option<Matched<'a>>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
         matcher::lookup(self.domains.get(domain)?, domain, entries)
     }
 

@@ -22,16 +22,41 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     async fn from_request(request: Request, _state: &S) -> Result<JsonBody, ApiError> {
         check_length(request.headers())?;
         check_content_type(request.headers())?;
-        let limited = Limited::new(request.into_body(), MAX_BODY_BYTES);
-        match limited.collect().await {
-            Ok(collected) => Ok(JsonBody(collected.to_bytes())),
-            Err(error) if error.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-            Err(error) => Err(ApiError::new(
-                ErrorCode::InvalidRequest,
-                format!("cannot read the request body: {error}"),
-            )),
+        let mut body = Limited::new(request.into_body(), MAX_BODY_BYTES);
+        // A small body comes in one frame: kept as it came, not copied
+        // into a list of buffers first.
+        let mut first: Option<Bytes> = None;
+        let mut joined: Option<Vec<u8>> = None;
+        while let Some(frame) = body.frame().await {
+            let Ok(data) = frame.map_err(read_error)?.into_data() else {
+                continue;
+            };
+            match (&mut joined, first.take()) {
+                (Some(joined), _) => joined.extend_from_slice(&data),
+                (None, None) => first = Some(data),
+                (None, Some(earlier)) => {
+                    let mut both = Vec::with_capacity(earlier.len() + data.len());
+                    both.extend_from_slice(&earlier);
+                    both.extend_from_slice(&data);
+                    joined = Some(both);
+                }
+            }
         }
+        Ok(JsonBody(match joined {
+            Some(joined) => Bytes::from(joined),
+            None => first.unwrap_or_default(),
+        }))
     }
+}
+
+fn read_error(error: Box<dyn std::error::Error + Send + Sync>) -> ApiError {
+    if error.downcast_ref::<LengthLimitError>().is_some() {
+        return too_large();
+    }
+    ApiError::new(
+        ErrorCode::InvalidRequest,
+        format!("cannot read the request body: {error}"),
+    )
 }
 
 fn check_length(headers: &HeaderMap) -> Result<(), ApiError> {

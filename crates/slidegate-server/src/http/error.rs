@@ -228,10 +228,11 @@ impl From<slidegate::Error> for ApiError {
     }
 }
 
-/// Middleware (`map_response`): gives every error answered without a JSON
-/// body (axum's 405, the timeout's 408, ...) the API's JSON error body,
+/// Gives every error answered without a JSON body (axum's 405, the
+/// timeout's 408, ...) the API's JSON error body (applied to every answer
+/// by [`ApiLayer`](super::ApiLayer)),
 /// keeping its status and its other headers (such as `Allow`).
-pub async fn json_errors(response: Response) -> Response {
+pub fn json_errors(response: Response) -> Response {
     let status = response.status();
     let is_json = response
         .headers()
@@ -287,7 +288,7 @@ mod tests {
             .header(CONTENT_LENGTH, "0")
             .body(Body::empty())
             .unwrap();
-        let mapped = json_errors(bare).await;
+        let mapped = json_errors(bare);
         assert_eq!(mapped.status(), StatusCode::REQUEST_TIMEOUT);
         assert_eq!(mapped.headers()[CONTENT_TYPE], "application/json");
         assert!(mapped.headers().get(CONTENT_LENGTH).is_none());
@@ -301,12 +302,12 @@ mod tests {
     #[tokio::test]
     async fn json_and_successful_responses_pass_unchanged() {
         let own = ApiError::new(ErrorCode::InvalidKey, "mine").into_response();
-        let passed = json_errors(own).await;
+        let passed = json_errors(own);
         let body = axum::body::to_bytes(passed.into_body(), 1024)
             .await
             .unwrap();
         assert_eq!(body, ApiError::new(ErrorCode::InvalidKey, "mine").body());
-        let ok = json_errors(Response::new(Body::from("fine"))).await;
+        let ok = json_errors(Response::new(Body::from("fine")));
         assert_eq!(ok.status(), StatusCode::OK);
         let body = axum::body::to_bytes(ok.into_body(), 1024).await.unwrap();
         assert_eq!(&body[..], b"fine");

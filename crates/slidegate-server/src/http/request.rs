@@ -49,6 +49,14 @@ const PEEK_PARAMS: [&str; 3] = ["limit", "window_ms", "algorithm"];
 /// stands for an absent optional field. Limits and windows are ad-hoc:
 /// at most `bounds.max_adhoc_limit` and `bounds.max_adhoc_window`.
 pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
+    match fast::parse_acquire(body, bounds) {
+        Some(request) => Ok(request),
+        None => parse_acquire_tree(body, bounds),
+    }
+}
+
+/// [`parse_acquire`] through a JSON tree: every shape, every mistake named.
+fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
     let members = parse_object(body)?;
     let [key, limit, window_ms, cost, algorithm, rules] = pick(members, &ACQUIRE_FIELDS, "")?;
     let key = match key {
@@ -87,6 +95,114 @@ pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Api
         }
     };
     Ok(AcquireRequest { key, rules, cost })
+}
+
+/// The common `POST /v1/acquire`, read without building a JSON tree: one
+/// object with `key`, `limit` and `window_ms`, and maybe `cost` and
+/// `algorithm`, each once, of the right types and within bounds. Anything
+/// else (rules, nulls, an unknown or repeated field, a bad value) is left
+/// to the full parser, which says exactly what is wrong.
+mod fast {
+    use std::borrow::Cow;
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, MapAccess, Visitor};
+    use slidegate::{Algorithm, Rule};
+
+    use super::{AcquireRequest, Bounds, Node, parse_rule};
+
+    pub(super) fn parse_acquire(body: &[u8], bounds: &Bounds) -> Option<AcquireRequest> {
+        let mut json = serde_json::Deserializer::from_slice(body);
+        let fields = json.deserialize_map(FieldsVisitor).ok()?;
+        json.end().ok()?;
+        let algorithm = match fields.algorithm {
+            None => Algorithm::default(),
+            Some(name) => name.parse().ok()?,
+        };
+        let limit = Some(Node::Unsigned(fields.limit?));
+        let window_ms = Some(Node::Unsigned(fields.window_ms?));
+        let rule: Rule = parse_rule(limit, window_ms, algorithm, bounds).ok()?;
+        Some(AcquireRequest {
+            key: fields.key?.into_owned(),
+            rules: vec![rule],
+            cost: fields.cost.unwrap_or(1),
+        })
+    }
+
+    #[derive(Default)]
+    struct Fields<'a> {
+        key: Option<Cow<'a, str>>,
+        limit: Option<u64>,
+        window_ms: Option<u64>,
+        cost: Option<u64>,
+        algorithm: Option<Cow<'a, str>>,
+    }
+
+    struct FieldsVisitor;
+
+    impl<'de> Visitor<'de> for FieldsVisitor {
+        type Value = Fields<'de>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an acquire request")
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+            let mut fields = Fields::default();
+            while let Some(name) = map.next_key::<Text<'de>>()? {
+                let fresh = match &*name.0 {
+                    "key" => fields
+                        .key
+                        .replace(map.next_value::<Text<'de>>()?.0)
+                        .is_none(),
+                    "limit" => fields.limit.replace(map.next_value()?).is_none(),
+                    "window_ms" => fields.window_ms.replace(map.next_value()?).is_none(),
+                    "cost" => fields.cost.replace(map.next_value()?).is_none(),
+                    "algorithm" => fields
+                        .algorithm
+                        .replace(map.next_value::<Text<'de>>()?.0)
+                        .is_none(),
+                    _ => false,
+                };
+                if !fresh {
+                    // Unknown or repeated: the full parser names it.
+                    return Err(de::Error::custom("not the common shape"));
+                }
+            }
+            Ok(fields)
+        }
+    }
+
+    /// A JSON string, borrowed from the body when it has no escapes.
+    struct Text<'a>(Cow<'a, str>);
+
+    impl<'de> de::Deserialize<'de> for Text<'de> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_str(TextVisitor)
+        }
+    }
+
+    struct TextVisitor;
+
+    impl<'de> Visitor<'de> for TextVisitor {
+        type Value = Text<'de>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Text<'de>, E> {
+            Ok(Text(Cow::Borrowed(text)))
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<Text<'de>, E> {
+            Ok(Text(Cow::Owned(text.to_owned())))
+        }
+
+        fn visit_string<E: de::Error>(self, text: String) -> Result<Text<'de>, E> {
+            Ok(Text(Cow::Owned(text)))
+        }
+    }
 }
 
 /// Parses the query of `GET /v1/keys/{key}`: `limit`, `window_ms` and an
@@ -402,6 +518,41 @@ mod tests {
             "{}",
             error.message()
         );
+    }
+
+    #[test]
+    fn the_common_shape_is_read_as_the_full_parser_reads_it() {
+        let bounds = Bounds::default();
+        for body in [
+            r#"{"key":"login:1","limit":100,"window_ms":60000}"#,
+            r#"{"window_ms":1000,"cost":0,"key":"k","limit":5,"algorithm":"gcra"}"#,
+            r#" {"key":"a\u0062c","limit":1,"window_ms":1,"cost":3} "#,
+        ] {
+            let fast = fast::parse_acquire(body.as_bytes(), &bounds);
+            assert_eq!(
+                fast,
+                parse_acquire_tree(body.as_bytes(), &bounds).ok(),
+                "{body}"
+            );
+            assert!(fast.is_some(), "{body}");
+        }
+        for other in [
+            r#"{"key":"k","limit":1,"window_ms":1,"cost":null}"#,
+            r#"{"key":"k","limit":1,"window_ms":1,"key":"j"}"#,
+            r#"{"key":"k","limit":1.0,"window_ms":1}"#,
+            r#"{"key":"k","limit":0,"window_ms":1}"#,
+            r#"{"key":"k","limit":1,"window_ms":1,"algorithm":"x"}"#,
+            r#"{"key":"k","rules":[{"limit":1,"window_ms":1}]}"#,
+            r#"{"key":"k","limit":1,"window_ms":1} x"#,
+            r#"{"key":"k","limit":1}"#,
+            "[1]",
+        ] {
+            assert_eq!(
+                fast::parse_acquire(other.as_bytes(), &bounds),
+                None,
+                "{other}"
+            );
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! and quota-mode limits are counted when the request passes and they have
 //! room, and never deny it.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,18 +150,21 @@ pub enum CheckError {
     Store(#[from] slidegate::Error),
 }
 
-/// A descriptor's plan: its limit, key and cost.
-struct Planned {
-    limit: Arc<Limit>,
+/// A descriptor's plan: its limit, key and cost, and the store's decision
+/// once it is asked.
+struct Planned<'a> {
+    /// The configured limit (borrowed from the config), or an override's.
+    limit: Cow<'a, Arc<Limit>>,
     key: String,
     metric: MetricName,
     cost: u64,
     /// The cost (with the costs of earlier descriptors on the same counter)
     /// exceeds the limit: over the limit whatever the state.
     too_costly: bool,
+    decision: Option<Decision>,
 }
 
-impl Planned {
+impl Planned<'_> {
     fn is_soft(&self) -> bool {
         self.limit.shadow_mode || self.limit.quota_mode
     }
@@ -169,7 +173,35 @@ impl Planned {
     fn over_regardless(&self) -> bool {
         self.too_costly || self.limit.enforcement == Enforcement::Blocked
     }
+
+    /// The rule the store counts this descriptor under, if it has one.
+    fn rule(&self) -> Option<Rule> {
+        match self.limit.enforcement {
+            Enforcement::Rule(rule) => Some(rule),
+            Enforcement::Unlimited | Enforcement::Blocked => None,
+        }
+    }
+
+    /// A hard limit the store counts: decided with the others, all or nothing.
+    fn is_hard_rule(&self) -> bool {
+        !self.is_soft() && self.rule().is_some()
+    }
+
+    /// The store hit: the descriptor's cost when the request `pass`es and
+    /// this descriptor can, otherwise 0 (the state only).
+    fn hit(&self, pass: bool) -> Option<Hit<'_>> {
+        let cost = if pass && !self.over_regardless() {
+            self.cost
+        } else {
+            0
+        };
+        Some(Hit::new(self.key.as_str(), self.rule()?, cost))
+    }
 }
+
+/// Descriptors up to this many are compared with each other by scanning,
+/// more by hashing: either way a request's cost stays linear in its size.
+const SCAN_UP_TO: usize = 16;
 
 /// Decides `request` against `config` in `store`.
 pub async fn check<S: Store>(
@@ -184,7 +216,7 @@ pub async fn check<S: Store>(
         return Err(CheckError::NoDescriptors);
     }
     let request_hits = request.hits_addend.max(1);
-    let mut plans: Vec<Option<Planned>> = Vec::with_capacity(request.descriptors.len());
+    let mut plans: Vec<Option<Planned<'_>>> = Vec::with_capacity(request.descriptors.len());
     for (i, descriptor) in request.descriptors.iter().enumerate() {
         if descriptor.entries.is_empty() {
             return Err(CheckError::EmptyDescriptor(i));
@@ -201,48 +233,80 @@ pub async fn check<S: Store>(
         .iter()
         .flatten()
         .any(|p| !p.is_soft() && p.over_regardless());
-    let counted = |p: &Planned, pass: bool| {
-        if pass && !p.over_regardless() {
-            p.cost
-        } else {
-            0
-        }
-    };
-    let hard: Vec<usize> = counted_indices(&plans, false);
-    let mut decisions: Vec<Option<Decision>> = vec![None; plans.len()];
-    let hits: Vec<Hit<'_>> = hard
-        .iter()
-        .filter_map(|&i| plans[i].as_ref().and_then(|p| hit(p, counted(p, !vetoed))))
-        .collect();
-    let mut passed = !vetoed;
-    if !hits.is_empty() {
-        // All or nothing, across Redis Cluster slots too (the store undoes
-        // the slots it recorded when another denies).
-        let results = store.acquire_batch(&hits).await?;
-        passed &= results.iter().all(Decision::allowed);
-        for (&i, decision) in hard.iter().zip(results) {
-            decisions[i] = Some(decision);
-        }
-    }
+    let passed = decide_hard(store, &mut plans, !vetoed).await?;
     // Shadow and quota limits count only when the request goes through.
-    for i in counted_indices(&plans, true) {
-        let Some(hit) = plans[i].as_ref().and_then(|p| hit(p, counted(p, passed))) else {
+    for plan in plans.iter_mut().flatten().filter(|p| p.is_soft()) {
+        let Some(hit) = plan.hit(passed) else {
             continue;
         };
-        decisions[i] = Some(store.acquire(hit.key, &[hit.rule], hit.cost).await?);
+        let decision = acquire(store, hit).await?;
+        plan.decision = Some(decision);
     }
-    let mut response = respond(&plans, &decisions);
+    let mut response = respond(plans);
     response.known_domain = config.has_domain(&request.domain);
     Ok(response)
 }
 
-fn plan(
-    config: &RateLimitConfig,
+/// Decides the hard limits all or nothing, across Redis Cluster slots too
+/// (the store undoes the slots it recorded when another denies), counting
+/// them only if the request may `pass`; returns whether it passes.
+async fn decide_hard<S: Store>(
+    store: &S,
+    plans: &mut [Option<Planned<'_>>],
+    pass: bool,
+) -> Result<bool, CheckError> {
+    let hard = plans.iter().flatten().filter(|p| p.is_hard_rule()).count();
+    if hard == 1 {
+        // The common request, one descriptor: a batch of one is the store's
+        // plain decision, without the batch's bookkeeping.
+        if let Some(plan) = plans.iter_mut().flatten().find(|p| p.is_hard_rule())
+            && let Some(hit) = plan.hit(pass)
+        {
+            let decision = acquire(store, hit).await?;
+            plan.decision = Some(decision);
+            return Ok(pass && decision.allowed());
+        }
+        return Ok(pass);
+    }
+    if hard == 0 {
+        return Ok(pass);
+    }
+    let hits: Vec<Hit<'_>> = plans
+        .iter()
+        .flatten()
+        .filter(|p| p.is_hard_rule())
+        .filter_map(|p| p.hit(pass))
+        .collect();
+    // Boxed: see `acquire`.
+    let decisions = Box::pin(store.acquire_batch(&hits)).await?;
+    let passed = pass && decisions.iter().all(Decision::allowed);
+    let hard = plans.iter_mut().flatten().filter(|p| p.is_hard_rule());
+    for (plan, decision) in hard.zip(decisions) {
+        plan.decision = Some(decision);
+    }
+    Ok(passed)
+}
+
+/// One hit's decision: at once when the store can take it without waiting
+/// (the memory store, a cached denial), otherwise awaited in a box of its
+/// own. A network store's future is large; held inline, it would make the
+/// future of every check as large, and moving it (into the gRPC
+/// framework's box, say) would cost every request that much copying.
+pub async fn acquire<S: Store + ?Sized>(store: &S, hit: Hit<'_>) -> slidegate::Result<Decision> {
+    let rules = [hit.rule];
+    match store.acquire_now(hit.key, &rules, hit.cost) {
+        Some(answer) => answer,
+        None => Box::pin(store.acquire(hit.key, &rules, hit.cost)).await,
+    }
+}
+
+fn plan<'a>(
+    config: &'a RateLimitConfig,
     domain: &str,
     index: usize,
     descriptor: &DescriptorRequest,
     cost: u64,
-) -> Result<Option<Planned>, CheckError> {
+) -> Result<Option<Planned<'a>>, CheckError> {
     if let Some((requests_per_unit, unit)) = descriptor.limit_override {
         // As in envoyproxy/ratelimit, an override applies only in a
         // configured domain: a client cannot make counters (and store
@@ -252,13 +316,8 @@ fn plan(
         }
         return plan_override(domain, index, descriptor, requests_per_unit, unit, cost).map(Some);
     }
-    let entries: Vec<(&str, &str)> = descriptor
-        .entries
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    Ok(config.lookup(domain, &entries).map(|m| Planned {
-        limit: Arc::clone(m.limit),
+    Ok(config.lookup(domain, &descriptor.entries).map(|m| Planned {
+        limit: Cow::Borrowed(m.limit),
         key: m.counter_key,
         metric: match m.detailed_key {
             Some(key) => MetricName::Detailed(Arc::clone(m.limit), key),
@@ -266,6 +325,7 @@ fn plan(
         },
         cost,
         too_costly: false,
+        decision: None,
     }))
 }
 
@@ -279,7 +339,7 @@ fn plan_override(
     requests_per_unit: u64,
     unit: Unit,
     cost: u64,
-) -> Result<Planned, CheckError> {
+) -> Result<Planned<'static>, CheckError> {
     let window = unit.duration();
     let enforcement = if requests_per_unit == 0 {
         Enforcement::Blocked
@@ -307,25 +367,26 @@ fn plan_override(
         counters: Default::default(),
     };
     Ok(Planned {
-        limit: Arc::new(limit),
+        limit: Cow::Owned(Arc::new(limit)),
         key: key.finish(),
         metric: MetricName::Override,
         cost,
         too_costly: false,
+        decision: None,
     })
 }
 
 /// envoyproxy/ratelimit's `replaces`: a limit named by another matched
 /// limit's `replaces` is not applied.
-fn drop_replaced(plans: &mut [Option<Planned>]) {
+fn drop_replaced(plans: &mut [Option<Planned<'_>>]) {
+    if !plans.iter().flatten().any(|p| !p.limit.replaces.is_empty()) {
+        return;
+    }
     let replaced: HashSet<&str> = plans
         .iter()
         .flatten()
         .flat_map(|p| p.limit.replaces.iter().map(String::as_str))
         .collect();
-    if replaced.is_empty() {
-        return;
-    }
     let dropped: Vec<bool> = plans
         .iter()
         .map(|plan| {
@@ -343,15 +404,27 @@ fn drop_replaced(plans: &mut [Option<Planned>]) {
 
 /// Marks descriptors whose cost, added to earlier ones on the same counter
 /// and rule, exceeds the limit.
-fn mark_too_costly(plans: &mut [Option<Planned>]) {
+fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
+    if plans.len() <= SCAN_UP_TO {
+        for i in 0..plans.len() {
+            let (earlier, rest) = plans.split_at_mut(i);
+            let Some(p) = &mut rest[0] else { continue };
+            let Some(rule) = p.rule() else { continue };
+            let sum = earlier
+                .iter()
+                .flatten()
+                .filter(|e| e.rule() == Some(rule) && e.key == p.key)
+                .fold(p.cost, |sum, e| sum.saturating_add(e.cost));
+            p.too_costly = sum > rule.limit();
+        }
+        return;
+    }
     let mut before: HashMap<(&str, Rule), u64> = HashMap::with_capacity(plans.len());
     let too_costly: Vec<bool> = plans
         .iter()
         .map(|plan| {
             let Some(p) = plan else { return false };
-            let Enforcement::Rule(rule) = p.limit.enforcement else {
-                return false;
-            };
+            let Some(rule) = p.rule() else { return false };
             let sum = before.entry((p.key.as_str(), rule)).or_insert(0);
             *sum = sum.saturating_add(p.cost);
             *sum > rule.limit()
@@ -364,28 +437,7 @@ fn mark_too_costly(plans: &mut [Option<Planned>]) {
     }
 }
 
-/// Descriptors counted by the store, soft (shadow/quota) or hard.
-fn counted_indices(plans: &[Option<Planned>], soft: bool) -> Vec<usize> {
-    plans
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| {
-            p.as_ref().is_some_and(|p| {
-                matches!(p.limit.enforcement, Enforcement::Rule(_)) && p.is_soft() == soft
-            })
-        })
-        .map(|(i, _)| i)
-        .collect()
-}
-
-fn hit(planned: &Planned, cost: u64) -> Option<Hit<'_>> {
-    match planned.limit.enforcement {
-        Enforcement::Rule(rule) => Some(Hit::new(planned.key.as_str(), rule, cost)),
-        _ => None,
-    }
-}
-
-fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckResponse {
+fn respond(plans: Vec<Option<Planned<'_>>>) -> CheckResponse {
     let mut response = CheckResponse {
         overall: Code::Ok,
         statuses: Vec::with_capacity(plans.len()),
@@ -393,10 +445,21 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
         quota_violations: Vec::new(),
         quota_mode: false,
         known_domain: false,
-        degraded: decisions.iter().flatten().any(Decision::degraded),
+        degraded: plans
+            .iter()
+            .flatten()
+            .filter_map(|p| p.decision)
+            .any(|d| d.degraded()),
     };
-    for (i, (plan, decision)) in plans.iter().zip(decisions).enumerate() {
-        let Some(plan) = plan else {
+    for (i, plan) in plans.into_iter().enumerate() {
+        let Some(Planned {
+            limit,
+            metric,
+            too_costly,
+            decision,
+            ..
+        }) = plan
+        else {
             response.statuses.push(DescriptorStatus {
                 code: Code::Ok,
                 current_limit: None,
@@ -408,18 +471,12 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
                 .push((Outcome::Unlimited, MetricName::NoLimit));
             continue;
         };
-        let limit = &plan.limit;
         response.quota_mode |= limit.quota_mode;
-        let current_limit = Some(CurrentLimit {
-            name: limit.name.clone(),
-            requests_per_unit: limit.requests_per_unit,
-            unit: limit.unit,
-        });
         let (over, remaining, wait) = match (limit.enforcement, decision) {
             (Enforcement::Unlimited, _) => (false, UNLIMITED_REMAINING, Duration::ZERO),
             (Enforcement::Blocked, _) => (true, 0, limit.unit.duration()),
             // No wait lets this cost pass: report the whole window.
-            (Enforcement::Rule(_), Some(d)) if plan.too_costly => {
+            (Enforcement::Rule(_), Some(d)) if too_costly => {
                 (true, d.remaining(), limit.unit.duration())
             }
             (Enforcement::Rule(_), Some(d)) => (
@@ -451,17 +508,18 @@ fn respond(plans: &[Option<Planned>], decisions: &[Option<Decision>]) -> CheckRe
         if code == Code::OverLimit {
             response.overall = Code::OverLimit;
         }
+        let current_limit = (limit.enforcement != Enforcement::Unlimited).then(|| CurrentLimit {
+            name: limit.name.clone(),
+            requests_per_unit: limit.requests_per_unit,
+            unit: limit.unit,
+        });
         response.statuses.push(DescriptorStatus {
             code,
-            current_limit: if limit.enforcement == Enforcement::Unlimited {
-                None
-            } else {
-                current_limit
-            },
+            current_limit,
             limit_remaining: remaining,
             duration_until_reset: wait,
         });
-        response.outcomes.push((outcome, plan.metric.clone()));
+        response.outcomes.push((outcome, metric));
     }
     response
 }
