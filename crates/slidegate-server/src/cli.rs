@@ -181,6 +181,17 @@ pub struct ServeArgs {
     )]
     pub response_headers: ResponseHeaders,
 
+    /// The most `POST /v1/acquire` requests waiting for their turn
+    /// (`max_wait_ms`) at once; more are answered 503 `too_many_waiting`
+    /// at once. Each holds a connection and a sleeping task, no worker.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_MAX_WAITING",
+        default_value_t = crate::http::waiting::DEFAULT_MAX_WAITING
+    )]
+    pub max_waiting: usize,
+
     /// How much one request may ask.
     #[command(flatten)]
     pub bounds: BoundsArgs,
