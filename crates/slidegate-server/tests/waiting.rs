@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::TestServer;
+use common::{StoreKind, TestServer};
 use http::StatusCode;
 use serde_json::json;
 use slidegate::{MemoryStore, Rule};
@@ -73,6 +73,42 @@ async fn nine_waiting_requests_on_three_per_second_pass_in_three_groups() {
         assert_eq!(times[i], times[i - 3] + 1_000_001, "{times:?}");
     }
     assert_eq!(busiest_window(&log, 1_000_000), 3);
+}
+
+on_every_store!(waiting_requests_pass_in_groups_of_the_limit);
+
+/// Nine waiting requests on 3/1s through the backend `slidegate serve`
+/// builds (the Redis one reserves in one script call).
+async fn waiting_requests_pass_in_groups_of_the_limit(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
+    let requests: Vec<_> = (0..9)
+        .map(|_| {
+            let addr = server.addr;
+            tokio::spawn(async move {
+                common::request_to(
+                    addr,
+                    http::Method::POST,
+                    "/v1/acquire",
+                    &[("content-type", "application/json")],
+                    body("k", 3000).into_bytes(),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut waited = Vec::new();
+    for request in requests {
+        let reply = request.await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+        waited.push(reply.json()["waited_ms"].as_u64().unwrap());
+    }
+    waited.sort_unstable();
+    assert_eq!(&waited[..3], &[0, 0, 0], "{waited:?}");
+    // The next three wait about a window, the last three about two.
+    assert!(waited[3] > 0 && waited[5] <= 1001, "{waited:?}");
+    assert!(waited[6] > waited[3] && waited[8] <= 2002, "{waited:?}");
+    let tenth = server.post_json("/v1/acquire", &body("k", 100)).await;
+    assert_eq!(tenth.status, StatusCode::TOO_MANY_REQUESTS);
 }
 
 #[tokio::test]

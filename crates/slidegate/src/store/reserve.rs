@@ -97,3 +97,39 @@ impl BatchReservation {
         self.decisions.iter().all(Decision::allowed)
     }
 }
+
+/// [`Store::reserve`](super::Store::reserve) of one key under `rules`,
+/// through the store's own `reserve_batch`.
+pub(crate) async fn reserve_by_batch<S: super::Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rules: &[crate::rate::Rule],
+    cost: u64,
+    max_wait: Duration,
+) -> crate::error::Result<Reservation> {
+    super::check_cost(rules, cost)?;
+    let hits: Vec<super::Hit<'_>> = rules
+        .iter()
+        .map(|&rule| super::Hit::new(key, rule, cost))
+        .collect();
+    let reserved = store.reserve_batch(&hits, max_wait).await?;
+    let wait = reserved.granted().then(|| micros(reserved.wait()));
+    let decision = Decision::combine(reserved.decisions()).ok_or(crate::error::Error::NoRules)?;
+    Ok(Reservation::new(decision, wait))
+}
+
+/// [`Store::acquire_wait`](super::Store::acquire_wait) of a store that
+/// reserves: one reservation, then a sleep until its time.
+pub(crate) async fn wait_for_turn<S: super::Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rules: &[crate::rate::Rule],
+    cost: u64,
+    max_wait: Duration,
+) -> crate::error::Result<Decision> {
+    let reservation = store.reserve(key, rules, cost, max_wait).await?;
+    if !reservation.wait().is_zero() {
+        tokio::time::sleep(reservation.wait()).await;
+    }
+    Ok(reservation.decision())
+}
