@@ -194,3 +194,48 @@ async fn a_client_that_leaves_while_waiting_gives_its_place_back() {
         .await
         .expect("the waiting count went back to 0 when the client left");
 }
+
+/// Three server instances on one Redis: their waiting requests share the
+/// one limit and pass in order, three per second, whichever instance
+/// each one asked.
+#[tokio::test]
+async fn waiting_requests_on_three_instances_share_one_limit_on_redis() {
+    let redis = common::redis::Redis::start();
+    let mut servers = Vec::new();
+    for _ in 0..3 {
+        let url = slidegate_server::backend::StoreUrl::Redis(redis.url());
+        let backend =
+            common::backend(url, slidegate::store::resilient::FailurePolicy::Deny, 5_000).await;
+        servers.push(TestServer::start(backend).await);
+    }
+    let requests: Vec<_> = (0..9)
+        .map(|i| {
+            let addr = servers[i % 3].addr;
+            tokio::spawn(async move {
+                common::request_to(
+                    addr,
+                    http::Method::POST,
+                    "/v1/acquire",
+                    &[("content-type", "application/json")],
+                    body("shared", 3000).into_bytes(),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut waited = Vec::new();
+    for request in requests {
+        let reply = request.await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+        assert_eq!(reply.json().get("degraded"), None, "decided by the store");
+        waited.push(reply.json()["waited_ms"].as_u64().unwrap());
+    }
+    waited.sort_unstable();
+    assert_eq!(&waited[..3], &[0, 0, 0], "{waited:?}");
+    assert!(waited[3] > 0 && waited[5] <= 1001, "{waited:?}");
+    assert!(waited[6] > waited[3] && waited[8] <= 2002, "{waited:?}");
+    let tenth = servers[1]
+        .post_json("/v1/acquire", &body("shared", 100))
+        .await;
+    assert_eq!(tenth.status, StatusCode::TOO_MANY_REQUESTS);
+}
