@@ -306,6 +306,23 @@ impl Store for Backend {
         }
     }
 
+    async fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: std::time::Duration,
+    ) -> slidegate::Result<slidegate::store::BatchReservation> {
+        match self {
+            Backend::Memory(m) => match Store::reserve_batch(&m.store, hits, max_wait).await {
+                Err(Error::StoreFull { .. }) => Ok(slidegate::store::BatchReservation::new(
+                    hits.iter().map(|h| m.when_full(h.rule.limit())).collect(),
+                    None,
+                )),
+                other => other,
+            },
+            Backend::Redis(store) => store.reserve_batch(hits, max_wait).await,
+        }
+    }
+
     async fn reset(&self, key: &str) -> slidegate::Result<()> {
         match self {
             Backend::Memory(m) => Store::reset(&m.store, key).await,

@@ -7,15 +7,33 @@ use crate::backend::Backend;
 use crate::cli::CheckArgs;
 use crate::decision::{self, DecisionBody};
 
-/// Decides once and prints the decision as one line of JSON on stdout.
+/// Decides once and prints the decision as one line of JSON on stdout
+/// (with `--wait`, once its turn has come, with `waited_ms`).
 pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
-    let body = decide(&args).await?;
-    println!("{}", serde_json::to_string(&body)?);
+    let checked = decide(&args).await?;
+    let mut json = serde_json::to_string(&checked.decision)?;
+    if let Some(waited) = checked.waited {
+        // As `POST /v1/acquire` answers it: the last field.
+        let waited_ms = u64::try_from(waited.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+        json.pop();
+        json.push_str(&format!(",\"waited_ms\":{waited_ms}}}"));
+    }
+    println!("{json}");
     Ok(())
 }
 
-/// Decides once against the store `--store` names.
-pub async fn decide(args: &CheckArgs) -> anyhow::Result<DecisionBody> {
+/// What `slidegate check` decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// The decision, as `POST /v1/acquire` shows it.
+    pub decision: DecisionBody,
+    /// With `--wait`, when admitted: how long it waited for its turn.
+    pub waited: Option<std::time::Duration>,
+}
+
+/// Decides once against the store `--store` names; with `--wait`, reserves
+/// and sleeps until the request's turn.
+pub async fn decide(args: &CheckArgs) -> anyhow::Result<Checked> {
     let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;
@@ -35,6 +53,21 @@ pub async fn decide(args: &CheckArgs) -> anyhow::Result<DecisionBody> {
             i + 1
         );
     }
-    let outcome = decision::acquire(&backend, &args.key, &rules, args.cost).await?;
-    Ok(DecisionBody::from(&outcome.decision))
+    let Some(max_wait) = args.wait else {
+        let outcome = decision::acquire(&backend, &args.key, &rules, args.cost).await?;
+        return Ok(Checked {
+            decision: DecisionBody::from(&outcome.decision),
+            waited: None,
+        });
+    };
+    let (outcome, wait) =
+        decision::reserve(&backend, &args.key, &rules, args.cost, max_wait).await?;
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    let allowed = outcome.decision.allowed();
+    Ok(Checked {
+        decision: DecisionBody::from(&outcome.decision),
+        waited: allowed.then_some(wait),
+    })
 }

@@ -187,6 +187,17 @@ pub struct ServeArgs {
     )]
     pub response_headers: ResponseHeaders,
 
+    /// The most `POST /v1/acquire` requests waiting for their turn
+    /// (`max_wait_ms`) at once; more are answered 503 `too_many_waiting`
+    /// at once. Each holds a connection and a sleeping task, no worker.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_MAX_WAITING",
+        default_value_t = crate::http::waiting::DEFAULT_MAX_WAITING
+    )]
+    pub max_waiting: usize,
+
     /// How much one request may ask.
     #[command(flatten)]
     pub bounds: BoundsArgs,
@@ -637,9 +648,24 @@ pub struct CheckArgs {
     #[arg(long, value_name = "NAME", default_value_t = Algorithm::SlidingLog)]
     pub algorithm: Algorithm,
 
+    /// Waits up to this long (`5s`, `250ms`; at most 4 minutes) for the
+    /// request's turn when it does not fit now: one reservation, then a
+    /// sleep until its time, and the decision printed with `waited_ms`.
+    /// A longer wait is refused at once. Default: no wait.
+    #[arg(long, value_name = "DURATION", value_parser = wait)]
+    pub wait: Option<Duration>,
+
     /// Where the limiter keeps its state.
     #[command(flatten)]
     pub store: StoreArgs,
+}
+
+fn wait(text: &str) -> Result<Duration, String> {
+    let wait = duration(text)?;
+    if wait > slidegate::store::MAX_WAIT {
+        return Err(format!("at most {}s", slidegate::store::MAX_WAIT.as_secs()));
+    }
+    Ok(wait)
 }
 
 #[cfg(test)]

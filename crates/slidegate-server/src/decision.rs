@@ -47,6 +47,31 @@ pub async fn acquire<S: Store + ?Sized>(
     })
 }
 
+/// Reserves `cost` units for the ad-hoc `key` under every rule,
+/// all-or-nothing, at the earliest time they fit if that is within
+/// `max_wait` (see [`Store::reserve_batch`]): the outcome, and how long to
+/// wait before answering (zero when admitted at once or denied).
+pub async fn reserve<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rules: &[Rule],
+    cost: u64,
+    max_wait: std::time::Duration,
+) -> slidegate::Result<(Outcome, std::time::Duration)> {
+    let key = keyspace::adhoc_key(key)?;
+    let key = key.as_str();
+    let hits: Vec<Hit<'_>> = rules.iter().map(|r| Hit::new(key, *r, cost)).collect();
+    let reserved = Box::pin(store.reserve_batch(&hits, max_wait)).await?;
+    let wait = reserved.wait();
+    let decisions = reserved.into_decisions();
+    let decision = Decision::combine(&decisions).ok_or(slidegate::Error::NoRules)?;
+    let outcome = Outcome {
+        decision,
+        rules: rules.iter().copied().zip(decisions).collect(),
+    };
+    Ok((outcome, wait))
+}
+
 /// The state of the ad-hoc `key` under `rule`, consuming nothing.
 pub async fn peek<S: Store + ?Sized>(
     store: &S,

@@ -48,6 +48,7 @@ use crate::config::RateLimitConfig;
 use crate::decision::{self, DecisionBody, Outcome};
 use crate::response_headers::{self, ResponseHeaders};
 use crate::service::{CheckError, Code};
+use waiting::Waiting;
 
 mod admin;
 mod body;
@@ -57,6 +58,7 @@ mod json;
 mod layer;
 pub mod request;
 mod status;
+pub mod waiting;
 
 pub use body::JsonBody;
 pub use error::{ApiError, ErrorCode};
@@ -80,6 +82,7 @@ pub struct AppState<S> {
     metrics: Option<PrometheusHandle>,
     bounds: Bounds,
     response_headers: ResponseHeaders,
+    waiting: Waiting,
 }
 
 impl<S> AppState<S> {
@@ -93,7 +96,20 @@ impl<S> AppState<S> {
             metrics: None,
             bounds: Bounds::default(),
             response_headers: ResponseHeaders::Off,
+            waiting: Waiting::default(),
         }
+    }
+
+    /// At most `max` requests wait for their turn at once
+    /// (`max_wait_ms`); more are answered 503 `too_many_waiting`.
+    pub fn with_max_waiting(mut self, max: usize) -> Self {
+        self.waiting = Waiting::new(max);
+        self
+    }
+
+    /// The requests waiting for their turn.
+    pub fn waiting(&self) -> &Waiting {
+        &self.waiting
     }
 
     /// `/v1/check` answers (and gRPC's, when served by
@@ -158,6 +174,7 @@ impl<S> Clone for AppState<S> {
             metrics: self.metrics.clone(),
             bounds: self.bounds,
             response_headers: self.response_headers,
+            waiting: self.waiting.clone(),
         }
     }
 }
@@ -201,6 +218,9 @@ async fn acquire<S: Store>(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let request = request::parse_acquire(&body, &state.bounds)?;
+    if !request.max_wait.is_zero() {
+        return acquire_waiting(state, request).await;
+    }
     let outcome =
         crate::tracing_otlp::acquire(&*state.store, &request.key, &request.rules, request.cost)
             .await?;
@@ -212,6 +232,52 @@ async fn acquire<S: Store>(
         StatusCode::TOO_MANY_REQUESTS
     };
     Ok(decision_response(status, &outcome))
+}
+
+/// `POST /v1/acquire` with `max_wait_ms`: a request that does not fit now
+/// reserves the earliest time it fits, if that is within its wait, and is
+/// answered 200 then, with `waited_ms`: a sleep, no store call and no
+/// worker held. Beyond its wait it is answered 429 at once, and beyond
+/// `--max-waiting` waiting requests 503 `too_many_waiting`. A client
+/// that leaves while it waits gives its place back (the guard drops with
+/// the handler); its reservation stays used.
+async fn acquire_waiting<S: Store>(
+    state: AppState<S>,
+    request: request::AcquireRequest,
+) -> Result<Response, ApiError> {
+    let Some(_place) = state.waiting.enter() else {
+        return Err(ApiError::new(
+            ErrorCode::TooManyWaiting,
+            "as many requests as --max-waiting allows are already waiting; try again, or without max_wait_ms",
+        ));
+    };
+    let (outcome, wait) = decision::reserve(
+        &*state.store,
+        &request.key,
+        &request.rules,
+        request.cost,
+        request.max_wait,
+    )
+    .await?;
+    crate::metrics::acquire_decision(&outcome.decision);
+    crate::stats::global().record_acquire(&request.key, &outcome.decision);
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    if !outcome.decision.allowed() {
+        return Ok(decision_response(StatusCode::TOO_MANY_REQUESTS, &outcome));
+    }
+    // The decision's fields, then how long it waited (rounded up).
+    let mut body = DecisionBody::from(&outcome.decision).to_json();
+    body.pop();
+    body.push_str(",\"waited_ms\":");
+    headers::push_decimal(&mut body, micros_to_ms_up(wait));
+    body.push('}');
+    Ok(respond(StatusCode::OK, &outcome, body))
+}
+
+fn micros_to_ms_up(d: Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
 }
 
 /// `GET /v1/keys/{key}`: a read, so 200 even when a request would be denied.
@@ -309,7 +375,15 @@ async fn metrics_text<S>(State(state): State<AppState<S>>) -> Result<Response, A
 }
 
 fn decision_response(status: StatusCode, outcome: &Outcome) -> Response {
-    let body = DecisionBody::from(&outcome.decision).to_json();
+    respond(
+        status,
+        outcome,
+        DecisionBody::from(&outcome.decision).to_json(),
+    )
+}
+
+/// A decision's answer with `body`, its JSON.
+fn respond(status: StatusCode, outcome: &Outcome, body: String) -> Response {
     let mut response = (status, body).into_response();
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -416,6 +416,18 @@ impl<S: Store> Store for Instrumented<S> {
         result
     }
 
+    /// Timed as a batch: one call deciding several hits.
+    async fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: Duration,
+    ) -> Result<slidegate::store::BatchReservation, Error> {
+        let started = self.start();
+        let result = self.inner.reserve_batch(hits, max_wait).await;
+        self.observe(1, started, &result);
+        result
+    }
+
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let started = self.start();
         let result = self.inner.reset(key).await;

@@ -59,6 +59,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_admin_token(admin_token)
         .with_bounds((&args.bounds).into())
         .with_response_headers(args.response_headers)
+        .with_max_waiting(args.max_waiting)
         .with_metrics(metrics);
     if let Some(live) = &live {
         state = state.with_config(live.current());

@@ -26,6 +26,13 @@ enum Op {
         cost: Cost,
     },
     Batch(Vec<(usize, usize, Cost)>),
+    /// A reservation: wait up to `max_wait` µs for a turn.
+    Reserve {
+        key: usize,
+        rules: Vec<usize>,
+        cost: Cost,
+        max_wait: u64,
+    },
     Sweep,
     Reset(usize),
 }
@@ -50,6 +57,8 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
         // keys and (key, rule) pairs are then hashed. Small costs, so that
         // many repeats of one key and rule still fit its limit now and then.
         1 => prop::collection::vec((0..KEYS.len(), 0..rules, small_cost()), 12..=40).prop_map(Op::Batch),
+        3 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost(), prop_oneof![Just(0u64), 0u64..5_000, 0u64..4_000_000])
+            .prop_map(|(key, rules, cost, max_wait)| Op::Reserve { key, rules, cost, max_wait }),
         1 => Just(Op::Sweep),
         1 => (0..KEYS.len()).prop_map(Op::Reset),
     ]
@@ -109,6 +118,16 @@ proptest! {
                         resolved.iter().map(|(k, r, c)| Hit::new(k.as_str(), *r, *c)).collect();
                     let got = store.acquire_batch(&batch);
                     let want = reference.acquire_batch(clock_now(&clock), &resolved);
+                    prop_assert_eq!(got, want, "step {} {:?}", step, op);
+                }
+                Op::Reserve { key, rules: chosen, cost, max_wait } => {
+                    let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
+                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let c = cost.resolve(limit);
+                    let got = store
+                        .reserve(KEYS[*key], &rs, c, Duration::from_micros(*max_wait))
+                        .map(|r| (r.decision(), r.granted().then_some(r.wait().as_micros() as u64)));
+                    let want = reference.reserve(clock_now(&clock), KEYS[*key], &rs, c, *max_wait);
                     prop_assert_eq!(got, want, "step {} {:?}", step, op);
                 }
                 Op::Sweep => {

@@ -55,6 +55,13 @@ enum Op {
         twice: bool,
     },
     Reset(usize),
+    /// A reservation: wait up to `max_wait` µs for a turn.
+    Reserve {
+        key: usize,
+        rules: Vec<usize>,
+        cost: Cost,
+        max_wait: u64,
+    },
 }
 
 fn rule() -> impl Strategy<Value = Rule> {
@@ -90,6 +97,8 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
         1 => (0..KEYS.len(), 0..rules, 1usize..120, prop_oneof![Just(0u64), 0u64..3, 0u64..50_000], cost())
             .prop_map(|(key, rule, count, step, cost)| Op::Burst { key, rule, count, step, cost }),
         1 => (0..KEYS.len()).prop_map(Op::Reset),
+        3 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost(), prop_oneof![Just(0u64), 0u64..5_000, 0u64..4_000_000])
+            .prop_map(|(key, rules, cost, max_wait)| Op::Reserve { key, rules, cost, max_wait }),
     ]
 }
 
@@ -224,6 +233,20 @@ impl Harness {
                     let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
                     let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
                     acquire(&keys[*key], &rs, cost.resolve(limit), &what)?;
+                }
+                Op::Reserve {
+                    key,
+                    rules: chosen,
+                    cost,
+                    max_wait,
+                } => {
+                    let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
+                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let (key, c) = (keys[*key].as_str(), cost.resolve(limit));
+                    let max_wait = Duration::from_micros(*max_wait);
+                    let want = runtime.block_on(Store::reserve(&memory, key, &rs, c, max_wait));
+                    let got = runtime.block_on(redis.reserve(key, &rs, c, max_wait));
+                    prop_assert_eq!(got, want, "{:?} at {}", what, clock.now_micros());
                 }
                 Op::Batch(hits) => {
                     let batch: Vec<Hit<'_>> = hits

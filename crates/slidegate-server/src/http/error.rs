@@ -70,6 +70,13 @@ pub enum ErrorCode {
     /// every other key is decided as usual. Not a store outage: no failure
     /// policy applies to it.
     KeyConflict,
+    /// `max_wait_ms` is not a whole number of milliseconds from 0 to
+    /// 5,000.
+    InvalidMaxWait,
+    /// The request asked to wait (`max_wait_ms`), and as many requests as
+    /// `--max-waiting` allows are already waiting: answered 503 at once,
+    /// nothing recorded. Try again, or without waiting.
+    TooManyWaiting,
     /// The store failed or could not be reached.
     StoreUnavailable,
     /// A bug or a misconfiguration of the service, never bad input.
@@ -88,7 +95,9 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
-            ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::StoreUnavailable | ErrorCode::TooManyWaiting => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         }

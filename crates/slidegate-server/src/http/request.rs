@@ -27,7 +27,15 @@ pub struct AcquireRequest {
     pub rules: Vec<Rule>,
     /// Units the request consumes; 0 checks without consuming.
     pub cost: u64,
+    /// How long the request may wait for its turn when it does not fit
+    /// now (`max_wait_ms`, 0 by default: refused at once); at most
+    /// [`MAX_WAIT_MS`].
+    pub max_wait: Duration,
 }
+
+/// The most `max_wait_ms` may ask: 5 s. A waiting request is answered
+/// within the API's request timeout (10 s) with room to spare.
+pub const MAX_WAIT_MS: u64 = 5_000;
 
 /// A parsed `GET /v1/keys/{key}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,7 +46,15 @@ pub struct PeekRequest {
     pub rule: Rule,
 }
 
-const ACQUIRE_FIELDS: [&str; 6] = ["key", "limit", "window_ms", "cost", "algorithm", "rules"];
+const ACQUIRE_FIELDS: [&str; 7] = [
+    "key",
+    "limit",
+    "window_ms",
+    "cost",
+    "algorithm",
+    "rules",
+    "max_wait_ms",
+];
 const RULE_FIELDS: [&str; 3] = ["limit", "window_ms", "algorithm"];
 const PEEK_PARAMS: [&str; 3] = ["limit", "window_ms", "algorithm"];
 
@@ -58,7 +74,8 @@ pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Api
 /// [`parse_acquire`] through a JSON tree: every shape, every mistake named.
 fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
     let members = parse_object(body)?;
-    let [key, limit, window_ms, cost, algorithm, rules] = pick(members, &ACQUIRE_FIELDS, "")?;
+    let [key, limit, window_ms, cost, algorithm, rules, max_wait_ms] =
+        pick(members, &ACQUIRE_FIELDS, "")?;
     let key = match key {
         Some(Node::String(key)) => key,
         Some(other) => {
@@ -94,7 +111,27 @@ fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Ap
             ));
         }
     };
-    Ok(AcquireRequest { key, rules, cost })
+    let max_wait = parse_max_wait(max_wait_ms)?;
+    Ok(AcquireRequest {
+        key,
+        rules,
+        cost,
+        max_wait,
+    })
+}
+
+fn parse_max_wait(max_wait_ms: Option<Node>) -> Result<Duration, ApiError> {
+    match max_wait_ms {
+        None | Some(Node::Null) => Ok(Duration::ZERO),
+        Some(Node::Unsigned(ms)) if ms <= MAX_WAIT_MS => Ok(Duration::from_millis(ms)),
+        Some(other) => Err(ApiError::new(
+            ErrorCode::InvalidMaxWait,
+            format!(
+                "\"max_wait_ms\" must be a whole number of milliseconds from 0 to {MAX_WAIT_MS}, got {}",
+                other.brief()
+            ),
+        )),
+    }
 }
 
 /// The common `POST /v1/acquire`, read without building a JSON tree: one
@@ -126,6 +163,7 @@ mod fast {
             key: fields.key?.into_owned(),
             rules: vec![rule],
             cost: fields.cost.unwrap_or(1),
+            max_wait: std::time::Duration::ZERO,
         })
     }
 
@@ -428,6 +466,22 @@ mod tests {
         assert_eq!(request.key, "login:1");
         assert_eq!(request.cost, 1);
         assert_eq!(request.rules, vec![Rule::parse("100/1m").unwrap()]);
+        assert_eq!(request.max_wait, Duration::ZERO);
+    }
+
+    #[test]
+    fn max_wait_is_read_and_bounded() {
+        let bounds = Bounds::default();
+        let waits = parse_acquire(
+            br#"{"key":"k","limit":3,"window_ms":1000,"max_wait_ms":3000}"#,
+            &bounds,
+        )
+        .unwrap();
+        assert_eq!(waits.max_wait, Duration::from_secs(3));
+        for bad in [r#"5001"#, r#"-1"#, r#""1s""#, r#"1.5"#] {
+            let body = format!(r#"{{"key":"k","limit":3,"window_ms":1000,"max_wait_ms":{bad}}}"#);
+            assert_eq!(code(&body), ErrorCode::InvalidMaxWait, "max_wait_ms {bad}");
+        }
     }
 
     #[test]

@@ -33,6 +33,9 @@ impl Meter for FixedWindow {
         let reset_now = if self.count > 0 { end } else { 0 };
         let asked = cost.max(1);
         if self.count + asked <= limit {
+            if now < self.start && self.count > 0 {
+                return ahead_of_now(limit, limit - self.count, self.start, now, reset_now);
+            }
             return if cost == 0 {
                 Decision::from_parts(true, limit, limit - self.count, 0, reset_now)
             } else {
@@ -58,6 +61,22 @@ impl Meter for FixedWindow {
     }
 }
 
+/// The answer to a request that would fit a window that has not begun and
+/// already counts admissions: the state moved to a later window (a
+/// reservation was recorded there, or the clock stepped back), and what
+/// passed in the current window is no longer counted, so nothing more
+/// passes before the later one begins. (A later window that counts
+/// nothing was only rolled to by a check: a request is judged there.)
+pub(super) fn ahead_of_now(
+    limit: u64,
+    remaining: u64,
+    start: u64,
+    now: u64,
+    reset_now: u64,
+) -> Decision {
+    Decision::from_parts(false, limit, remaining, until(start, now), reset_now)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +92,19 @@ mod tests {
         assert_eq!(d.retry_after(), Duration::from_micros(500));
         assert!(w.decide(r, 1_000_000, 2).allowed());
         assert!(w.is_idle(r, 2_000_000));
+    }
+
+    #[test]
+    fn nothing_passes_before_a_later_window_that_holds_a_reservation() {
+        let r = Rate::new(2, Duration::from_secs(1)).unwrap();
+        let mut w = FixedWindow::default();
+        assert!(w.decide(r, 100_000, 2).allowed());
+        // A reservation at the next window's start.
+        w.record(r, 1_000_000, 1);
+        let d = w.check(r, 600_000, 1);
+        assert!(!d.allowed(), "the current window's count is gone");
+        assert_eq!(d.retry_after(), Duration::from_micros(400_000));
+        assert!(w.decide(r, 1_000_000, 1).allowed());
+        assert!(!w.decide(r, 1_000_000, 1).allowed());
     }
 }

@@ -70,6 +70,12 @@ impl Meter for SlidingCounter {
         let asked = cost.max(1);
         let reset_now = self.reset_deadline(window).map_or(0, |d| until(d, now));
         if usage + asked <= limit {
+            if now < self.start && self.current > 0 {
+                let remaining = limit - usage;
+                return super::fixed_window::ahead_of_now(
+                    limit, remaining, self.start, now, reset_now,
+                );
+            }
             return if cost == 0 {
                 Decision::from_parts(true, limit, limit - usage, 0, reset_now)
             } else {

@@ -14,8 +14,11 @@
 //! microseconds inside the window.
 //!
 //! Time never runs backwards inside a log: a request that arrives with a
-//! time older than the newest entry is decided and recorded at the newest
-//! entry's time.
+//! time older than the newest entry (a reservation ahead of now, or a
+//! clock that stepped back) is recorded at the newest entry's time, and
+//! counts every entry not yet expired at its own time, the ones ahead of
+//! it included: an upper bound of any window that holds `now`, so no
+//! real window ever holds more than `L`.
 //!
 //! The algorithm (`check`, `record`, `is_idle`) is written once,
 //! against `LogEntries`: where a log keeps its entries. [`SlidingLog`]
@@ -307,8 +310,13 @@ pub(crate) fn check<L: LogEntries + ?Sized>(
     // the log: read it once.
     let newest = if log.is_empty() { now } else { log.newest_at() };
     let t = newest.max(now);
-    if !log.is_empty() && expired(log.oldest_at(), window, t) {
-        log.drop_expired(window, t);
+    // Entries count until they expire at `now`, even when newer ones lie
+    // ahead of it (reservations, or a clock that stepped back): judged at
+    // the newest time instead, a request admitted now would not see the
+    // entries still inside its own window. Without entries ahead of `now`
+    // this is the same time.
+    if !log.is_empty() && expired(log.oldest_at(), window, now) {
+        log.drop_expired(window, now);
     }
     let usage = log.usage();
     let asked = cost.max(1);
@@ -330,7 +338,7 @@ pub(crate) fn check<L: LogEntries + ?Sized>(
             )
         };
     }
-    let retry_after = until(pass_time(log, window, t, asked, usage, limit), now);
+    let retry_after = until(pass_time(log, window, now, asked, usage, limit), now);
     Decision::from_parts(
         false,
         limit,
@@ -471,6 +479,28 @@ mod tests {
         log.decide(r, 1_000, 1);
         log.decide(r, 500, 1);
         assert_eq!(log.entries().collect::<Vec<_>>(), vec![(1_000, 2)]);
+    }
+
+    #[test]
+    fn entries_ahead_of_now_leave_older_ones_counting() {
+        // L=2, W=1 s: two admissions at 0, a reservation at 1.000001 s.
+        let r = rate(2, 1000);
+        let mut log = SlidingLog::default();
+        log.decide(r, 0, 2);
+        let wait = log.check(r, 500_000, 1).retry_after();
+        assert_eq!(wait, Duration::from_micros(500_001));
+        log.record(r, 1_000_001, 1);
+        // At 0.6 s the two at 0 still count: a third in [0, 1 s] is denied.
+        let d = log.check(r, 600_000, 1);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Duration::from_micros(400_001));
+        // Once they expire, one more fits beside the reservation.
+        assert!(log.decide(r, 1_000_001, 1).allowed());
+        assert_eq!(
+            log.entries().collect::<Vec<_>>(),
+            vec![(1_000_001, 2)],
+            "recorded at the newest time"
+        );
     }
 
     #[test]

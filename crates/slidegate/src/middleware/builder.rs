@@ -1,6 +1,7 @@
 //! [`RateLimitBuilder`]: the configuration of a layer, checked once.
 
 use std::fmt;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -24,6 +25,7 @@ pub struct RateLimitBuilder<St, K> {
     headers_on_success: bool,
     prefix: Option<String>,
     on_rejection: Option<Box<RejectionHook>>,
+    max_delay: Option<Duration>,
 }
 
 impl<St, K> RateLimitBuilder<St, K> {
@@ -38,6 +40,7 @@ impl<St, K> RateLimitBuilder<St, K> {
             headers_on_success: false,
             prefix: None,
             on_rejection: None,
+            max_delay: None,
         }
     }
 
@@ -137,6 +140,21 @@ impl<St, K> RateLimitBuilder<St, K> {
         self
     }
 
+    /// Delays a request over the limit for up to `max_delay` instead of
+    /// refusing it, as nginx's `limit_req ... delay` does: the request
+    /// [reserves](crate::Store::reserve) the earliest time it fits (one
+    /// store call), sleeps until then and is passed on; one that would
+    /// wait longer is refused at once (429). Waiters pass in the order
+    /// they reserved, never beyond the limit. A waiting request holds its
+    /// connection and a sleeping task (bound them, e.g. with tower's
+    /// `ConcurrencyLimitLayer` outside this one); a client that leaves
+    /// while it waits has still used its turn. At most
+    /// [`MAX_WAIT`](crate::store::MAX_WAIT).
+    pub fn max_delay(mut self, max_delay: Duration) -> Self {
+        self.max_delay = Some(max_delay);
+        self
+    }
+
     /// The layer, or what is wrong with the rules.
     pub fn build(self) -> Result<RateLimitLayer<St, K>, BuildError> {
         let count = self.rules.len();
@@ -172,6 +190,7 @@ impl<St, K> RateLimitBuilder<St, K> {
             headers_on_success: self.headers_on_success,
             prefix: self.prefix,
             on_rejection: self.on_rejection,
+            max_delay: self.max_delay,
         }))
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct Config<St, K> {
     pub headers_on_success: bool,
     pub prefix: Option<String>,
     pub on_rejection: Option<Box<RejectionHook>>,
+    /// How long a request over the limit may be delayed for its turn.
+    pub max_delay: Option<Duration>,
 }
 
 impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
@@ -45,6 +47,7 @@ impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
             .field("on_store_error", &self.on_store_error)
             .field("headers_on_success", &self.headers_on_success)
             .field("prefix", &self.prefix)
+            .field("max_delay", &self.max_delay)
             .finish_non_exhaustive()
     }
 }
@@ -204,7 +207,7 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     /// several are decided as a batch, to know each one's decision.
     pub(crate) fn decide_now(&self, key: &str, cost: u64) -> Option<Result<Decisions>> {
         let rules = self.policies.rules();
-        if rules.len() > 1 {
+        if rules.len() > 1 || self.max_delay.is_some() {
             return None;
         }
         let answer = self.store.acquire_now(key, rules, cost)?;
@@ -219,6 +222,9 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
         let [first, ..] = rules else {
             return Err(Error::NoRules);
         };
+        if let Some(max_delay) = self.max_delay {
+            return self.ask_delayed(key, cost, max_delay).await;
+        }
         if rules.len() == 1 {
             return self
                 .store
@@ -241,6 +247,26 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
             &spilled
         };
         self.store.acquire_batch(hits).await.map(Decisions::Each)
+    }
+
+    /// Asks the store for a reservation within `max_delay`, and sleeps
+    /// until its time: the request is then passed on (nginx's
+    /// `limit_req ... delay`). One store call: waiters pass in the order
+    /// they reserved, never beyond the limit.
+    async fn ask_delayed(&self, key: &str, cost: u64, max_delay: Duration) -> Result<Decisions> {
+        let rules = self.policies.rules();
+        let hits: Vec<Hit<'_>> = rules
+            .iter()
+            .map(|&rule| Hit::new(key, rule, cost))
+            .collect();
+        let reserved = self.store.reserve_batch(&hits, max_delay).await?;
+        if reserved.granted() && !reserved.wait().is_zero() {
+            tokio::time::sleep(reserved.wait()).await;
+        }
+        Ok(match reserved.decisions() {
+            [one] => Decisions::One(*one),
+            _ => Decisions::Each(reserved.into_decisions()),
+        })
     }
 
     /// The verdict on the store's answer.

@@ -41,8 +41,10 @@ use parking_lot::MutexGuard;
 use self::batch::{Locked, LockedHit, SCAN_UP_TO, decide_all};
 use self::bounds::Bounds;
 use self::map::{Entry, Map, Shard};
+use self::reserve::{Reserved, reserve_all};
 use self::rules::{MAX_RULES, RuleTable};
 use self::slot::{Slot, key_bytes};
+use super::reserve::{BatchReservation, Reservation, wait_micros};
 use super::{Hit, Store, check_cost, validate_key};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
@@ -53,6 +55,7 @@ mod batch;
 mod bounds;
 mod log;
 mod map;
+mod reserve;
 mod rules;
 mod slot;
 mod states;
@@ -410,7 +413,14 @@ where
         decide_key(&mut entry.slot, held, rules, now, cost, &self.bounds)
     }
 
-    fn acquire_batch<Q>(&self, hits: &[Hit<'_, Q>], index: &BatchKeys) -> Result<Vec<Decision>>
+    /// Locks the shards of `hits`' keys and decides them with `decide`
+    /// ([`decide_all`], or [`reserve_all`]).
+    fn acquire_batch<Q, T>(
+        &self,
+        hits: &[Hit<'_, Q>],
+        index: &BatchKeys,
+        decide: impl FnOnce(&mut Locked<'_, '_>, &[LockedHit], u64, &Bounds) -> Result<T>,
+    ) -> Result<T>
     where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
@@ -476,7 +486,7 @@ where
                     tables: &mut tables,
                     table_of: &table_of,
                 };
-                decide_all(&mut keys, &locked, now, &self.bounds)
+                decide(&mut keys, &locked, now, &self.bounds)
             }
         };
         for (d, slot) in slots.into_iter().enumerate() {
@@ -612,9 +622,9 @@ where
         }
         let inner = &*self.inner;
         let index = BatchKeys::new(hits);
-        match inner.acquire_batch(hits, &index) {
+        match inner.acquire_batch(hits, &index, decide_all) {
             Err(full @ Error::StoreFull { .. }) => {
-                inner.after_sweep(full, || inner.acquire_batch(hits, &index))
+                inner.after_sweep(full, || inner.acquire_batch(hits, &index, decide_all))
             }
             answer => answer,
         }
@@ -639,9 +649,76 @@ where
         }
     }
 
-    /// Like [`acquire`](Self::acquire), but when denied, sleeps until the
-    /// request would pass and tries again, while the total wait stays within
-    /// `max_wait`; see [`Store::acquire_wait`].
+    /// Reserves the earliest time at which a request of `cost` for `key`
+    /// passes every rule in `rules`, if that is within `max_wait` (at most
+    /// [`MAX_WAIT`](super::reserve::MAX_WAIT)): the admission is recorded
+    /// at that time now, in one step, and the caller proceeds once
+    /// [`wait`](Reservation::wait) has passed, without asking again.
+    /// Beyond `max_wait` nothing is recorded and the decision is the
+    /// denial [`acquire`](Self::acquire) gives. See [`Store::reserve`].
+    pub fn reserve<Q>(
+        &self,
+        key: &Q,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        check_cost(rules, cost)?;
+        let hits: Vec<Hit<'_, Q>> = rules.iter().map(|&rule| Hit { key, rule, cost }).collect();
+        let reserved = self.reserve_hits(&hits, max_wait)?;
+        let decision = Decision::combine(&reserved.decisions).ok_or(Error::NoRules)?;
+        Ok(Reservation::new(decision, reserved.wait))
+    }
+
+    /// [`reserve`](Self::reserve) for several hits, possibly on different
+    /// keys, all-or-nothing: one time for all of them, the latest at which
+    /// any of them fits. One decision per hit, in order.
+    pub fn reserve_batch<Q>(
+        &self,
+        hits: &[Hit<'_, Q>],
+        max_wait: Duration,
+    ) -> Result<BatchReservation>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        if hits.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for hit in hits {
+            check_cost(&[hit.rule], hit.cost)?;
+        }
+        let reserved = self.reserve_hits(hits, max_wait)?;
+        Ok(BatchReservation::new(reserved.decisions, reserved.wait))
+    }
+
+    fn reserve_hits<Q>(&self, hits: &[Hit<'_, Q>], max_wait: Duration) -> Result<Reserved>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
+        let max_wait = wait_micros(max_wait);
+        let reserve = |keys: &mut Locked<'_, '_>, locked: &[LockedHit], now, bounds: &Bounds| {
+            reserve_all(keys, locked, now, max_wait, bounds)
+        };
+        let inner = &*self.inner;
+        let index = BatchKeys::new(hits);
+        match inner.acquire_batch(hits, &index, reserve) {
+            Err(full @ Error::StoreFull { .. }) => {
+                inner.after_sweep(full, || inner.acquire_batch(hits, &index, reserve))
+            }
+            answer => answer,
+        }
+    }
+
+    /// Like [`acquire`](Self::acquire), but a request that would pass
+    /// within `max_wait` is [reserved](Self::reserve) and returns, allowed,
+    /// once its time comes; beyond `max_wait` it returns the denial at
+    /// once, without sleeping in vain. See [`Store::acquire_wait`].
     pub async fn acquire_wait<Q>(
         &self,
         key: &Q,
@@ -653,15 +730,11 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let deadline = std::time::Instant::now() + max_wait;
-        loop {
-            let decision = self.acquire(key, rules, cost)?;
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if decision.allowed() || decision.retry_after() > left {
-                return Ok(decision);
-            }
-            tokio::time::sleep(decision.retry_after()).await;
+        let reservation = self.reserve(key, rules, cost, max_wait)?;
+        if !reservation.wait().is_zero() {
+            tokio::time::sleep(reservation.wait()).await;
         }
+        Ok(reservation.decision())
     }
 
     /// Drops every idle key now; returns how many were dropped. The
@@ -770,5 +843,38 @@ impl<C: Clock> Store for MemoryStore<String, C> {
 
     fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
         Some(validate_key(key).and_then(|()| MemoryStore::acquire(self, key, rules, cost)))
+    }
+
+    async fn reserve(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation> {
+        validate_key(key)?;
+        MemoryStore::reserve(self, key, rules, cost, max_wait)
+    }
+
+    async fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: Duration,
+    ) -> Result<BatchReservation> {
+        for hit in hits {
+            validate_key(hit.key)?;
+        }
+        MemoryStore::reserve_batch(self, hits, max_wait)
+    }
+
+    async fn acquire_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Decision> {
+        validate_key(key)?;
+        MemoryStore::acquire_wait(self, key, rules, cost, max_wait).await
     }
 }

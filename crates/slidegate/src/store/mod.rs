@@ -12,11 +12,13 @@ use crate::error::{Error, Result};
 use crate::rate::Rule;
 
 pub use key::{MAX_KEY_LEN, fit_key, hash_tag, key_digest, slot_key, validate_key};
+pub use reserve::{BatchReservation, MAX_WAIT, Reservation};
 
 pub mod key;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
+pub mod reserve;
 pub mod resilient;
 
 /// One part of an atomic batch: `cost` units of `rule` for `key`.
@@ -92,11 +94,55 @@ pub trait Store: Send + Sync {
         self.acquire(key, rules, 0)
     }
 
+    /// Reserves the earliest time at which a request of `cost` for `key`
+    /// passes every rule in `rules`, if that is at most `max_wait` from
+    /// now (at most [`MAX_WAIT`]): in one atomic call the admission is
+    /// recorded at that time, and the caller proceeds once
+    /// [`wait`](Reservation::wait) has passed, without a second call.
+    /// Waiters are served in the order they reserved; a later request
+    /// never passes ahead of one that waits. Beyond `max_wait` nothing is
+    /// recorded and the decision is the denial [`acquire`](Store::acquire)
+    /// gives. A granted reservation cannot be taken back: a caller that
+    /// gives up waiting has still used its turn.
+    ///
+    /// A store that cannot reserve (the default) decides at once, as
+    /// `acquire` does.
+    fn reserve(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Reservation>> + Send {
+        let _ = max_wait;
+        async move {
+            Ok(Reservation::new(
+                self.acquire(key, rules, cost).await?,
+                None,
+            ))
+        }
+    }
+
+    /// [`reserve`](Store::reserve) for several hits, possibly on different
+    /// keys, all-or-nothing, at one time for all of them. A store that
+    /// cannot reserve (the default) decides at once, as
+    /// [`acquire_batch`](Store::acquire_batch) does.
+    fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<BatchReservation>> + Send {
+        let _ = max_wait;
+        async move { Ok(BatchReservation::new(self.acquire_batch(hits).await?, None)) }
+    }
+
     /// Like [`acquire`](Store::acquire), but when denied, waits until the
-    /// request would pass and tries again, as long as the total wait stays
-    /// within `max_wait`. Returns the last decision: allowed, or denied when
-    /// passing would take longer than `max_wait` (it then returns at once,
-    /// without sleeping in vain).
+    /// request would pass, as long as the wait stays within `max_wait`.
+    /// Returns allowed once its time comes, or the denial at once when
+    /// passing would take longer than `max_wait` (without sleeping in
+    /// vain). Stores that [reserve](Store::reserve) (the memory store) take
+    /// one reservation and sleep; the default asks again after each
+    /// `retry_after`, which other callers may overtake.
     fn acquire_wait(
         &self,
         key: &str,
@@ -145,6 +191,34 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
         (**self).acquire_now(key, rules, cost)
+    }
+
+    fn reserve(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Reservation>> + Send {
+        (**self).reserve(key, rules, cost, max_wait)
+    }
+
+    fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<BatchReservation>> + Send {
+        (**self).reserve_batch(hits, max_wait)
+    }
+
+    fn acquire_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Decision>> + Send {
+        (**self).acquire_wait(key, rules, cost, max_wait)
     }
 }
 

@@ -58,6 +58,7 @@ use self::breaker::{Breaker, Settings};
 use self::deny_cache::DenyCache;
 use self::gate::{Gate, Nodes};
 use super::memory::MemoryStore;
+use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn};
 use super::{Hit, Store, check_cost, validate_key};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
@@ -531,6 +532,54 @@ impl<S: Store> Store for ResilientStore<S> {
             }
             Call::Failed => shared.fallback_batch(hits).await,
         }
+    }
+
+    /// Reserves through the store, never from the deny cache (a cached
+    /// denial says nothing of when the request fits); by the failure
+    /// policy, at once, when the store cannot answer.
+    async fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: std::time::Duration,
+    ) -> Result<BatchReservation> {
+        if hits.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for hit in hits {
+            validate_key(hit.key)?;
+            check_cost(&[hit.rule], hit.cost)?;
+        }
+        let shared = &*self.shared;
+        match shared
+            .call(shared.store.reserve_batch(hits, max_wait))
+            .await?
+        {
+            Call::Answered(reserved) => Ok(reserved),
+            Call::Failed => Ok(BatchReservation::new(
+                shared.fallback_batch(hits).await?,
+                None,
+            )),
+        }
+    }
+
+    async fn reserve(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: std::time::Duration,
+    ) -> Result<Reservation> {
+        reserve_by_batch(self, key, rules, cost, max_wait).await
+    }
+
+    async fn acquire_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: std::time::Duration,
+    ) -> Result<Decision> {
+        wait_for_turn(self, key, rules, cost, max_wait).await
     }
 
     async fn reset(&self, key: &str) -> Result<()> {

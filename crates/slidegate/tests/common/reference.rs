@@ -4,7 +4,9 @@
 //! computing them in closed form. Stores are compared against these.
 //!
 //! Time must not go backwards here: the models know nothing of clocks that
-//! step back (the stores' handling of that is tested on its own).
+//! step back (the stores' handling of that is tested on its own). Entries
+//! may lie ahead of `now`: reservations are recorded at the time they wait
+//! for.
 
 use std::collections::HashMap;
 
@@ -23,8 +25,9 @@ impl Admissions {
             .sum()
     }
 
+    /// The newest time recorded.
     fn last(&self) -> Option<u64> {
-        self.0.last().map(|(t, _)| *t)
+        self.0.iter().map(|(t, _)| *t).max()
     }
 }
 
@@ -63,7 +66,8 @@ impl Model<'_> {
     fn usage(&self, t: u64) -> u64 {
         let w = self.w();
         match self.rule.algorithm() {
-            Algorithm::SlidingLog => self.log.sum_in(t.saturating_sub(w), t),
+            // Every entry not yet expired at `t`, those ahead of it too.
+            Algorithm::SlidingLog => self.log.sum_in(t.saturating_sub(w), u64::MAX),
             Algorithm::FixedWindow => {
                 let start = t - t % w;
                 self.log.sum_in(start, start + w - 1)
@@ -83,18 +87,26 @@ impl Model<'_> {
         }
     }
 
-    /// GCRA as a leaky bucket, replayed from the first admission. The level
-    /// is in units of µs·L; each unit of cost adds W, it drains L per µs,
-    /// and it holds at most W·L.
+    /// GCRA as a leaky bucket, replayed from the first admission, in the
+    /// order recorded. The level is in units of µs·L; each unit of cost
+    /// adds W, it drains L per µs, and it holds at most W·L. An admission
+    /// recorded before the newest time (a plain one behind a reservation)
+    /// is added at the newest time, and a level asked for before the
+    /// newest time is the newest one, undrained: the bucket is full from
+    /// the moment a reservation is taken.
     fn gcra_level(&self, t: u64) -> u128 {
         let l = self.l() as u128;
         let mut level: u128 = 0;
         let mut last = 0u64;
         for &(at, cost) in &self.log.0 {
+            let at = at.max(last);
             level = level.saturating_sub((at - last) as u128 * l) + cost as u128 * self.w() as u128;
             last = at;
         }
-        level.saturating_sub(t.saturating_sub(last) as u128 * l)
+        if t < last {
+            return level + (last - t) as u128 * l;
+        }
+        level.saturating_sub((t - last) as u128 * l)
     }
 
     fn passes(&self, t: u64, cost: u64) -> bool {
@@ -110,13 +122,15 @@ impl Model<'_> {
     /// Units that could pass at `t` one after another.
     fn room(&self, t: u64) -> u64 {
         match self.rule.algorithm() {
-            Algorithm::Gcra => least(0, self.l() + 1, |n| !self.passes(t, n)) - 1,
+            Algorithm::Gcra => least(0, self.l() + 1, |n| !self.passes(t, n)).saturating_sub(1),
             _ => self.l().saturating_sub(self.usage(t)),
         }
     }
 
     fn horizon(&self, t: u64) -> u64 {
-        t.max(self.log.last().unwrap_or(0)) + 3 * self.w() + 2
+        // Reservations can fill a GCRA bucket for many windows ahead.
+        let queued: u64 = self.log.0.iter().map(|(_, c)| c).sum();
+        t.max(self.log.last().unwrap_or(0)) + (3 + queued.min(1 << 20)) * self.w() + 2
     }
 
     fn empty_at(&self, t: u64) -> u64 {
@@ -128,7 +142,7 @@ impl Model<'_> {
 }
 
 /// The reference store: admissions per (key, rule).
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Reference {
     logs: HashMap<(String, Rule), Admissions>,
 }
@@ -158,6 +172,78 @@ impl Reference {
             rules.iter().map(|r| (key.to_owned(), *r, cost)).collect();
         let decisions = self.batch_unchecked(now, &hits)?;
         Ok(combine(&decisions))
+    }
+
+    /// Same contract as `Store::reserve`: the combined decision and the
+    /// wait in µs when granted.
+    pub fn reserve(
+        &mut self,
+        now: u64,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: u64,
+    ) -> Result<(Decision, Option<u64>), Error> {
+        let limit = rules
+            .iter()
+            .map(|r| r.limit())
+            .min()
+            .ok_or(Error::NoRules)?;
+        if cost > limit {
+            return Err(Error::CostExceedsLimit { cost, limit });
+        }
+        let hits: Vec<(String, Rule, u64)> =
+            rules.iter().map(|r| (key.to_owned(), *r, cost)).collect();
+        let (decisions, wait) = self.reserve_unchecked(now, &hits, max_wait)?;
+        Ok((combine(&decisions), wait))
+    }
+
+    fn reserve_unchecked(
+        &mut self,
+        now: u64,
+        hits: &[(String, Rule, u64)],
+        max_wait: u64,
+    ) -> Result<(Vec<Decision>, Option<u64>), Error> {
+        // What a plain batch would say at `now`, recording nothing.
+        let mut copy = Reference {
+            logs: self.logs.clone(),
+        };
+        let probes: Vec<(String, Rule, u64)> =
+            hits.iter().map(|(k, r, c)| (k.clone(), *r, *c)).collect();
+        let plain = copy.batch_unchecked(now, &probes)?;
+        if plain.iter().all(|d| d.allowed()) {
+            *self = copy;
+            return Ok((plain, Some(0)));
+        }
+        let wait = plain
+            .iter()
+            .map(|d| d.retry_after().as_micros() as u64)
+            .max()
+            .unwrap_or(0);
+        if wait > max_wait {
+            return Ok((plain, None));
+        }
+        for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0) {
+            let log = self.logs.entry((key.clone(), *rule)).or_default();
+            let at = (now + wait).max(log.last().unwrap_or(0));
+            log.0.push((at, *cost));
+        }
+        let empty = Admissions::default();
+        let decisions = hits
+            .iter()
+            .map(|(k, r, _)| {
+                let log = self.logs.get(&(k.clone(), *r)).unwrap_or(&empty);
+                let d = decide_one(Model { rule: *r, log }, now, 0);
+                Decision::from_parts(
+                    true,
+                    d.limit(),
+                    d.remaining(),
+                    0,
+                    d.reset_after().as_micros() as u64,
+                )
+            })
+            .collect();
+        Ok((decisions, Some(wait)))
     }
 
     /// Same contract as `Store::acquire_batch`.
@@ -238,18 +324,23 @@ impl Reference {
 fn decide_one(model: Model<'_>, now: u64, cost: u64) -> Decision {
     let asked = cost.max(1);
     let (l, w) = (model.l(), model.w());
-    // A log's time never runs behind its newest entry.
+    // A window counter whose newest admission lies in a later window (a
+    // reservation) is judged there, and nothing passes before it begins.
     let t = match model.rule.algorithm() {
-        Algorithm::SlidingLog => now.max(model.log.last().unwrap_or(0)),
+        Algorithm::FixedWindow | Algorithm::SlidingCounter => {
+            let last = model.log.last().unwrap_or(0);
+            now.max(last - last % w)
+        }
         _ => now,
     };
+    let ahead = t > now;
     let reset_now = model.empty_at(t) - now;
-    if model.passes(t, asked) {
+    if !ahead && model.passes(t, asked) {
         if cost == 0 {
             return Decision::from_parts(true, l, model.room(t), 0, reset_now);
         }
         let mut after = model.log.clone();
-        after.0.push((t, cost));
+        after.0.push((t.max(model.log.last().unwrap_or(0)), cost));
         let after = Model {
             rule: model.rule,
             log: &after,

@@ -33,20 +33,20 @@ pub(crate) struct Locked<'a, 'b> {
 }
 
 impl Locked<'_, '_> {
-    fn get(&mut self, key: usize) -> (&mut Slot, &mut RuleTable) {
+    pub(super) fn get(&mut self, key: usize) -> (&mut Slot, &mut RuleTable) {
         (&mut self.slots[key], &mut *self.tables[self.table_of[key]])
     }
 }
 
 /// The (key, rule) pairs of a batch, with the costs asked of each so far.
-struct Pairs<'a> {
+pub(super) struct Pairs<'a> {
     hits: &'a [LockedHit],
     /// For batches longer than [`SCAN_UP_TO`].
     totals: Option<HashMap<(usize, Rule), u64, foldhash::fast::RandomState>>,
 }
 
 impl<'a> Pairs<'a> {
-    fn new(hits: &'a [LockedHit]) -> Pairs<'a> {
+    pub(super) fn new(hits: &'a [LockedHit]) -> Pairs<'a> {
         let totals = (hits.len() > SCAN_UP_TO)
             .then(|| HashMap::with_capacity_and_hasher(hits.len(), Default::default()));
         Pairs { hits, totals }
@@ -54,7 +54,7 @@ impl<'a> Pairs<'a> {
 
     /// Counts hit `i` and returns the cost asked of its pair by the hits
     /// up to and including it.
-    fn add(&mut self, i: usize) -> u64 {
+    pub(super) fn add(&mut self, i: usize) -> u64 {
         let hit = self.hits[i];
         match &mut self.totals {
             Some(totals) => {
@@ -70,7 +70,7 @@ impl<'a> Pairs<'a> {
     }
 
     /// True when some hit asks for `rule` on `key`.
-    fn contains(&self, key: usize, rule: Rule) -> bool {
+    pub(super) fn contains(&self, key: usize, rule: Rule) -> bool {
         match &self.totals {
             Some(totals) => totals.contains_key(&(key, rule)),
             None => self.hits.iter().any(|h| h.key == key && h.rule == rule),

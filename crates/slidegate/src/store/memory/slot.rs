@@ -233,7 +233,7 @@ impl Slot {
                 if decision.allowed() && cost > 0 {
                     let t = effective_now(&log, now);
                     if !log.fits(t, cost) {
-                        self.spill(rule, bounds)?;
+                        self.spill(rule, now, bounds, rules)?;
                         self.record(rule, now, cost, bounds, rules);
                         return Ok(decision);
                     }
@@ -409,9 +409,20 @@ impl Slot {
 
     /// Turns a slot of one rule into one of several, its state kept.
     fn box_states(&mut self, bounds: &Bounds, rules: &RuleTable) -> Result<()> {
-        let Some(held) = self.rule_id().map(|id| rules.get(id)) else {
+        let Some(many) = self.boxed(rules) else {
             return Ok(());
         };
+        let (before, after) = (self.heap_bytes(), many.heap_bytes());
+        let charge = after.saturating_sub(before);
+        bounds.try_charge(charge)?;
+        *self = Slot::Many(Box::new(many));
+        bounds.settle(before, charge, after);
+        Ok(())
+    }
+
+    /// The states of a slot of one rule, boxed (`None` for an empty slot).
+    fn boxed(&self, rules: &RuleTable) -> Option<KeyStates> {
+        let held = self.rule_id().map(|id| rules.get(id))?;
         let state = match self {
             Slot::Inline { len, log, .. } => {
                 let admissions = log.admissions(*len, cost_bits(held.rate()));
@@ -425,13 +436,7 @@ impl Slot {
             Slot::Counter { state, .. } => State::SlidingCounter(*state),
             Slot::Empty { .. } | Slot::Many(_) => unreachable!("a slot of one rule"),
         };
-        let many = KeyStates::with((held, state), self.key_bytes() as u32, 4);
-        let (before, after) = (self.heap_bytes(), many.heap_bytes());
-        let charge = after.saturating_sub(before);
-        bounds.try_charge(charge)?;
-        *self = Slot::Many(Box::new(many));
-        bounds.settle(before, charge, after);
-        Ok(())
+        Some(KeyStates::with((held, state), self.key_bytes() as u32, 4))
     }
 
     /// Makes sure the state of `rule` exists and can record admissions of
@@ -450,7 +455,7 @@ impl Slot {
             StateMut::Inline(log) => {
                 if !log.fits(effective_now(&log, now), total) {
                     // A ring's first capacity has room for one more entry.
-                    self.spill(rule, bounds)?;
+                    self.spill(rule, now, bounds, rules)?;
                 }
                 Ok(())
             }
@@ -489,7 +494,7 @@ impl Slot {
                 }
                 // Not reached when room was made first; kept exact (and
                 // counted) all the same.
-                self.spill_uncounted(rule, bounds);
+                self.spill_uncounted(rule, now, bounds, rules);
                 self.record(rule, now, cost, bounds, rules);
             }
             Slot::Spilled {
@@ -518,9 +523,19 @@ impl Slot {
         }
     }
 
-    /// Moves an inline log to a ring with room for more.
+    /// Moves an inline log to a ring with room for more, or, when its
+    /// rule has no ring form (a limit over `u32::MAX`, whose running
+    /// totals a ring cannot hold), to a boxed log with room for one more
+    /// admission at `now`.
     #[cold]
-    fn spill(&mut self, rule: Rule, bounds: &Bounds) -> Result<()> {
+    fn spill(&mut self, rule: Rule, now: u64, bounds: &Bounds, rules: &RuleTable) -> Result<()> {
+        if !ring_fits(rule) {
+            self.box_states(bounds, rules)?;
+            return match self.state_mut(rule, rules) {
+                Some(StateMut::Boxed(state)) => make_room_in(state, now, bounds),
+                _ => Ok(()),
+            };
+        }
         let capacity = spill_capacity(rule);
         bounds.try_charge(SpilledLog::bytes_for(capacity))?;
         self.spill_to(rule, capacity);
@@ -528,7 +543,21 @@ impl Slot {
     }
 
     #[cold]
-    fn spill_uncounted(&mut self, rule: Rule, bounds: &Bounds) {
+    fn spill_uncounted(&mut self, rule: Rule, now: u64, bounds: &Bounds, rules: &RuleTable) {
+        if !ring_fits(rule) {
+            // Counted once done, as below.
+            let before = self.heap_bytes();
+            if let Some(many) = self.boxed(rules) {
+                *self = Slot::Many(Box::new(many));
+            }
+            if let Some(StateMut::Boxed(state)) = self.state_mut(rule, rules)
+                && state.record_growth(now) > 0
+            {
+                state.grow_for_record();
+            }
+            bounds.settle(before, 0, self.heap_bytes());
+            return;
+        }
         let capacity = spill_capacity(rule);
         self.spill_to(rule, capacity);
         bounds.settle(0, 0, SpilledLog::bytes_for(capacity));
@@ -563,6 +592,16 @@ impl Slot {
             return;
         };
         if log.len() > INLINE || log.admissions(*usage).any(|(_, cost)| cost >> bits != 0) {
+            return;
+        }
+        // A reservation can lie more than a window after the oldest entry:
+        // the times must fit an inline entry's width.
+        let mut times = log.admissions(*usage).map(|(at, _)| at);
+        let oldest = times.next().unwrap_or(0);
+        if times
+            .last()
+            .is_some_and(|newest| (newest - oldest) >> (u32::BITS - bits) != 0)
+        {
             return;
         }
         let freed = log.heap_bytes();

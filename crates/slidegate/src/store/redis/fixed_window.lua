@@ -37,6 +37,12 @@ local function build_fixed_window()
     end
     local asked = math.max(cost, 1)
     if st.count + asked <= L then
+      -- The state belongs to a later window that counts admissions (a
+      -- clock that stepped back): nothing passes before it begins (see
+      -- algorithm/fixed_window.rs).
+      if now < st.start and st.count > 0 then
+        return 0, L, L - st.count, until_(st.start, now), reset_now
+      end
       if cost == 0 then
         return 1, L, L - st.count, 0, reset_now
       end

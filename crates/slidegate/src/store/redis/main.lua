@@ -17,6 +17,16 @@
 --     there; then leave a tombstone in its place, so the undo is done once
 --     however often it is sent and a record call that had not run yet
 --     never will; then answer as a check.
+--
+-- and a fifth, on one slot, with the batch layout followed by the longest
+-- wait (µs) in place of the journal's lifetime, and no journal key:
+--
+--   5 reserve: when the hits do not all fit now, find the earliest time
+--     they do (now plus the longest retry_after of a check at now: usage
+--     only falls as time passes while nothing is admitted) and, if that is
+--     within the longest wait, record every hit at that time (see
+--     store/memory/reserve.rs). The reply is that of a batch followed by
+--     one more number: the wait (µs), or -1 when nothing was recorded.
 
 local BUILDERS = { [0] = build_sliding_log, build_sliding_counter, build_fixed_window, build_gcra }
 local built = {}
@@ -58,8 +68,10 @@ end
 local function decide(spec, at, n, mode, base, nkeys)
   -- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost
   -- and checked cost. States are loaded once per key.
-  local journal, lifetime
-  if mode > 0 then
+  local journal, lifetime, max_wait
+  if mode == 5 then
+    max_wait = bunpack('<d', spec, at + 48 * n)
+  elseif mode > 0 then
     journal = KEYS[base + nkeys]
     lifetime = format('%d', bunpack('<d', spec, at + 48 * n))
   end
@@ -117,11 +129,29 @@ local function decide(spec, at, n, mode, base, nkeys)
     end
   end
 
+  -- A reservation: the time every hit fits, if within the longest wait.
+  local at_time, waited = now, -1
+  if mode == 5 then
+    if all_allowed then
+      waited = 0
+    else
+      local wait = 0
+      for i = 1, n do
+        if reply[4 * i - 1] > wait then
+          wait = reply[4 * i - 1]
+        end
+      end
+      if wait <= max_wait then
+        all_allowed, at_time, waited = true, now + wait, wait
+      end
+    end
+  end
+
   for i = 1, n do
     if costs[i] > 0 then
       if all_allowed then
         local st = state[i]
-        st.algorithm.record(st, now, costs[i])
+        st.algorithm.record(st, at_time, costs[i])
         st.added = (st.added or 0) + costs[i]
       elseif reply[4 * i - 3] == 1 then
         -- Nothing is recorded: the hits that would have passed report the state.
@@ -134,6 +164,30 @@ local function decide(spec, at, n, mode, base, nkeys)
     if st.dirty and (st.existed or st.touched) then
       st.algorithm.save(st, now, margin)
     end
+  end
+
+  if mode == 5 then
+    if waited > 0 then
+      -- What remains now, the reservation counted, as an admission
+      -- reports: each state read again as saved (records written by this
+      -- call are read from Redis, not from the state in hand).
+      local saved = {}
+      for i = 1, n do
+        local key = bunpack('<d', spec, at + 48 * (i - 1))
+        local st = saved[key]
+        if not st then
+          st = state[i].algorithm.load(base + key, state[i].limit, state[i].window)
+          st.algorithm = state[i].algorithm
+          saved[key] = st
+        end
+        local j = 4 * (i - 1)
+        local _
+        _, _, reply[j + 2], _, reply[j + 4] = st.algorithm.check(st, now, 0)
+        reply[j + 1], reply[j + 3] = 1, 0
+      end
+    end
+    reply[4 * n + 1] = waited
+    return bpack('<' .. string.rep('d', 4 * n + 1), unpack(reply))
   end
 
   if mode == 1 and all_allowed then

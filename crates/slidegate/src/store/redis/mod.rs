@@ -63,6 +63,7 @@ use self::coalesce::{Answer, Calls, Lane};
 use self::keys::{is_state_of, scan_pattern};
 use self::script::{Plan, Step, load_command, plain_call};
 use self::topology::{Topology, slot_of};
+use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn, wait_micros};
 use super::resilient::gate;
 use super::{Hit, Store, check_cost, validate_key};
 use crate::decision::Decision;
@@ -268,12 +269,23 @@ impl Inner {
         plan: &Plan<'_>,
         step: Option<(Step, &str)>,
     ) -> Result<SmallVec<[Decision; 1]>> {
+        self.run_parsed(plan, step, |plan, reply| plan.decisions(reply))
+            .await
+    }
+
+    /// [`run`](Self::run), the reply read by `parse`.
+    async fn run_parsed<T>(
+        &self,
+        plan: &Plan<'_>,
+        step: Option<(Step, &str)>,
+        parse: impl Fn(&Plan<'_>, &redis::Value) -> Result<T>,
+    ) -> Result<T> {
         let node = self.node_of(plan.route());
         let permit = match &node {
             Some(node) => gate::enter(node)?,
             None => None,
         };
-        let result = self.run_unguarded(plan, step).await;
+        let result = self.run_unguarded_parsed(plan, step, parse).await;
         gate::settle(permit, &result);
         if let (Err(error), Some(topology)) = (&result, &self.topology)
             && error.is_store_failure()
@@ -295,6 +307,17 @@ impl Inner {
         plan: &Plan<'_>,
         step: Option<(Step, &str)>,
     ) -> Result<SmallVec<[Decision; 1]>> {
+        self.run_unguarded_parsed(plan, step, |plan, reply| plan.decisions(reply))
+            .await
+    }
+
+    /// [`run_unguarded`](Self::run_unguarded), the reply read by `parse`.
+    async fn run_unguarded_parsed<T>(
+        &self,
+        plan: &Plan<'_>,
+        step: Option<(Step, &str)>,
+        parse: impl Fn(&Plan<'_>, &redis::Value) -> Result<T>,
+    ) -> Result<T> {
         let part = plan.part(step);
         // The cluster connection's future is large and rarely needed:
         // boxed, so that it does not weigh on every decision's future.
@@ -312,7 +335,7 @@ impl Inner {
             },
         };
         match answer {
-            Answer::Reply(value) => plan.decisions(&value),
+            Answer::Reply(value) => parse(plan, &value),
             Answer::Refused(e, base) => Err(plan
                 .conflict(&e, base)
                 .unwrap_or_else(|| self.store_error(e))),
@@ -459,6 +482,64 @@ impl Store for RedisStore {
             }
         }
         Ok(self.inner.run(&plan, None).await?.into_vec())
+    }
+
+    /// Reserves `hits` in one script call (see [`Store::reserve_batch`]).
+    /// On a cluster, hits whose keys live in several slots cannot be
+    /// reserved in one call: they are decided at once, as
+    /// [`acquire_batch`](Store::acquire_batch) decides them.
+    async fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: Duration,
+    ) -> Result<BatchReservation> {
+        if hits.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for hit in hits {
+            validate_key(hit.key)?;
+        }
+        for hit in hits {
+            check_cost(&[hit.rule], hit.cost)?;
+        }
+        if self.is_cluster() {
+            let first = slot_of(hits[0].key);
+            if hits.iter().any(|h| slot_of(h.key) != first) {
+                let decisions = cross_slot::decide(&self.inner, hits).await?;
+                return Ok(BatchReservation::new(decisions, None));
+            }
+        }
+        let plan = Plan::new(
+            &self.inner.prefix,
+            hits.iter().map(|h| (h.key, h.rule, h.cost)),
+        )?
+        .reserving(wait_micros(max_wait));
+        let (decisions, wait) = self
+            .inner
+            .run_parsed(&plan, None, |plan, reply| plan.reservation(reply))
+            .await?;
+        Ok(BatchReservation::new(decisions.into_vec(), wait))
+    }
+
+    async fn reserve(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Reservation> {
+        reserve_by_batch(self, key, rules, cost, max_wait).await
+    }
+
+    /// One reservation, then a sleep until its time: no polling.
+    async fn acquire_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Decision> {
+        wait_for_turn(self, key, rules, cost, max_wait).await
     }
 
     /// Deletes every rule's state of `key`.

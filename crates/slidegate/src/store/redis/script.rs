@@ -85,6 +85,8 @@ const LINEAR_STATES: usize = 16;
 /// and a coalesced call from both (mode 4, see `batch.lua`).
 const STEP_SCALE: f64 = 1_048_576.0;
 const COALESCED: f64 = 4.0;
+/// A reservation (mode 5, see `main.lua`).
+const RESERVE: f64 = 5.0;
 /// How long the journal of a cross-slot step (and the tombstone an undo
 /// leaves) lives in Redis: the undo of a step is tried within it.
 pub(crate) const JOURNAL_LIFETIME: Duration = Duration::from_secs(2);
@@ -120,6 +122,8 @@ pub(crate) struct Plan<'a> {
     /// The distinct states, in KEYS order: the caller's key and the rule.
     states: SmallVec<[(&'a str, Rule); 1]>,
     hits: SmallVec<[PlannedHit; 1]>,
+    /// For a reservation: the longest wait (µs).
+    reserve: Option<u64>,
 }
 
 impl<'a> Plan<'a> {
@@ -136,6 +140,7 @@ impl<'a> Plan<'a> {
             prefix,
             states: SmallVec::new(),
             hits: SmallVec::with_capacity(hits.size_hint().0),
+            reserve: None,
         };
         let mut totals: SmallVec<[u64; 1]> = SmallVec::new();
         // Only a long batch pays for a map.
@@ -187,6 +192,13 @@ impl<'a> Plan<'a> {
         Ok(plan)
     }
 
+    /// This plan as a reservation that waits at most `max_wait_us` (mode 5
+    /// of `main.lua`; never a step of a cross-slot decision).
+    pub(crate) fn reserving(mut self, max_wait_us: u64) -> Plan<'a> {
+        self.reserve = Some(max_wait_us);
+        self
+    }
+
     /// The caller's key of the first state: it names the slot of them all.
     pub(crate) fn route(&self) -> &'a str {
         self.states.first().map_or("", |&(key, _)| key)
@@ -212,7 +224,7 @@ impl<'a> Plan<'a> {
     /// cost and checked cost, and a step's journal lifetime (ms). Keys:
     /// one per state, a step's journal last.
     pub(crate) fn part(&self, step: Option<(Step, &str)>) -> Part {
-        let one = matches!((self.hits.as_slice(), step), ([_], None));
+        let one = matches!((self.hits.as_slice(), step), ([_], None)) && self.reserve.is_none();
         let numbers = 2 + if one { 4 } else { 6 * self.hits.len() + 1 };
         let mut buf = Vec::with_capacity(
             self.states.len() * (self.prefix.len() + 48)
@@ -238,13 +250,14 @@ impl<'a> Plan<'a> {
         // Times, limits, windows and costs are all below 2^53 (times by
         // more than a century), so `as f64` is exact.
         let n = self.hits.len() as f64;
-        put(match step {
-            Some((step, _)) => -(f64::from(step as u8) * STEP_SCALE + n),
-            None => n,
+        put(match (step, self.reserve) {
+            (Some((step, _)), _) => -(f64::from(step as u8) * STEP_SCALE + n),
+            (None, Some(_)) => -(RESERVE * STEP_SCALE + n),
+            (None, None) => n,
         });
         put(nkeys as f64);
         match (self.hits.as_slice(), step) {
-            ([hit], None) => {
+            ([hit], None) if one => {
                 // One hit: its key is the first and it checks its own cost.
                 put(f64::from(algorithm_code(hit.rule.algorithm())));
                 put(hit.rule.limit() as f64);
@@ -264,6 +277,8 @@ impl<'a> Plan<'a> {
         }
         if step.is_some() {
             put(JOURNAL_LIFETIME.as_millis() as f64);
+        } else if let Some(max_wait) = self.reserve {
+            put(max_wait as f64);
         }
         Part {
             buf,
@@ -331,6 +346,41 @@ impl<'a> Plan<'a> {
                 self.hits.len()
             )));
         }
+        self.parse_decisions(bytes)
+    }
+
+    /// The reply of a reservation: the decisions, and the wait (µs) when
+    /// it was granted.
+    pub(crate) fn reservation(
+        &self,
+        reply: &redis::Value,
+    ) -> Result<(SmallVec<[Decision; 1]>, Option<u64>)> {
+        let redis::Value::BulkString(bytes) = reply else {
+            return Err(Error::Store(format!(
+                "the script answered an unexpected {reply:?}"
+            )));
+        };
+        let decisions_len = NUMBER * REPLY_NUMBERS * self.hits.len();
+        if bytes.len() != decisions_len + NUMBER {
+            return Err(Error::Store(format!(
+                "the script answered {} bytes for a reservation of {} hits",
+                bytes.len(),
+                self.hits.len()
+            )));
+        }
+        let mut number = [0u8; NUMBER];
+        number.copy_from_slice(&bytes[decisions_len..]);
+        let wait = f64::from_le_bytes(number);
+        let wait = match wait {
+            -1.0 => None,
+            w if (0.0..9_007_199_254_740_992.0).contains(&w) && w.fract() == 0.0 => Some(w as u64),
+            w => return Err(Error::Store(format!("the script answered a wait of {w}"))),
+        };
+        Ok((self.parse_decisions(&bytes[..decisions_len])?, wait))
+    }
+
+    /// Four numbers per hit: allowed, remaining, retry_after, reset_after.
+    fn parse_decisions(&self, bytes: &[u8]) -> Result<SmallVec<[Decision; 1]>> {
         bytes
             .chunks_exact(NUMBER * REPLY_NUMBERS)
             .zip(&self.hits)

@@ -76,6 +76,10 @@ local function build_sliding_counter()
       reset_now = until_(deadline, now)
     end
     if usage + asked <= L then
+      -- As in fixed_window.lua: nothing passes before a later window.
+      if now < st.start and st.cur > 0 then
+        return 0, L, L - usage, until_(st.start, now), reset_now
+      end
       if cost == 0 then
         return 1, L, L - usage, 0, reset_now
       end

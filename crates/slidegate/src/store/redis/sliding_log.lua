@@ -5,7 +5,8 @@
 --
 --   record: time (ow bytes) and running total (tw bytes), unsigned
 --           little-endian, each modulo its width's range: 256^ow > W and
---           256^tw > L, chosen when the log starts (4 bytes at 100/1s).
+--           256^tw > L, chosen when the log starts (5 bytes at 100/1s:
+--           new logs take 256^ow > 2W + 240 s, see below).
 --   header: the byte 254 (this format's mark), H, o1, T1, nt, nT, s, e,
 --           exp (little-endian doubles), the record format "<IowItw" (5
 --           chars), ow, tw (1 byte each). A value without the mark or with
@@ -26,9 +27,12 @@
 -- clock) until which the key's TTL keeps it.
 --
 -- Why a record decodes from its truncated bytes: every record kept lies in
--- [nt - W, nt] (each admission drops what is more than W older than it,
--- then becomes the newest) with a total in (nT - L, nT], and both ranges are
--- narrower than 256^ow and 256^tw. So time = nt - ((nt - t) mod 256^ow),
+-- [nt - 256^ow + 1, nt] (each decision drops what is more than W older
+-- than its time, and never judges at a time earlier than
+-- nt - 256^ow + 1 + W, so a clock that stepped back by more than the
+-- slack, minutes for new logs, drops records it would otherwise count;
+-- an admission then becomes the newest) with a total in (nT - L, nT], and
+-- both ranges are narrower than 256^ow and 256^tw. So time = nt - ((nt - t) mod 256^ow),
 -- and likewise for totals: nothing is ever rebased, and the absolute
 -- values in the header stay below 2^53 (totals are shifted down by a
 -- multiple of 256^tw once H passes 2^40).
@@ -187,10 +191,14 @@ local function build_sliding_log()
   function sliding_log.check(st, now, cost)
     local L, W = st.limit, st.window
     local t = now
+    -- Records count until they expire at now, even with newer ones ahead
+    -- of it; those too old to decode are dropped (see sliding_log_one.lua).
+    local d = now
     if st.live and st.nt > now then
       t = st.nt
+      d = math.max(now, st.nt - st.M + 1 + W)
     end
-    drop_expired(st, t)
+    drop_expired(st, d)
     local usage, reset_now = 0, 0
     if st.live then
       usage = st.nT - st.H
@@ -213,7 +221,7 @@ local function build_sliding_log()
     st.dirty, st.recorded = true, true
     if not st.live then
       local ow, tw = 1, 1
-      while 256 ^ ow <= st.window do
+      while 256 ^ ow <= 2 * st.window + 240000000 do
         ow = ow + 1
       end
       while 256 ^ tw <= st.limit do

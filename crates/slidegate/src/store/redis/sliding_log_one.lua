@@ -44,8 +44,20 @@ if size > 0 then
   live = true
 end
 local t = now
+-- Records count until they expire at now, even with newer ones ahead of
+-- it (a clock that stepped back): judged at the newest time, a request
+-- admitted now would miss records still inside its own window. Records
+-- more than 256^ow - 1 µs older than the newest cannot be decoded, so a
+-- clock that stepped back further than that (minutes: see the widths
+-- below) drops them.
+local d = now
 if live and nt > now then
   t = nt
+  local width = bunpack('<B', raw, size - 1)
+  local floor = nt - 256 ^ width + 1 + W
+  if d < floor then
+    d = floor
+  end
 end
 -- The rest of the header, unpacked when needed.
 local s, e, exp, fmt, ow, tw
@@ -54,9 +66,9 @@ local s, e, exp, fmt, ow, tw
 -- stay until the next compaction). Dropping changes the state even when
 -- nothing is recorded: a clock that steps back must not revive them.
 local dropped
-if live and o1 + W < t then
+if live and o1 + W < d then
   dropped = true
-  if nt + W < t then
+  if nt + W < d then
     live = false
   else
     s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
@@ -92,7 +104,7 @@ if live and o1 + W < t then
       if less < 0 then
         less = less + MT
       end
-      if nt - back + W < t then
+      if nt - back + W < d then
         lo, before = i, nT - less
       else
         hi, at, total, step = i, nt - back, nT - less, nil
@@ -129,9 +141,11 @@ else
   local deadline = t + W + 1
   local value, offset, expire
   if not live then
-    -- A new log, written whole: widths such that 256^ow > W, 256^tw > L.
+    -- A new log, written whole: widths such that 256^ow > 2W + 240 s
+    -- (records a clock that stepped back by up to a window plus 4 minutes
+    -- still counts), 256^tw > L.
     ow, tw = 1, 1
-    while 256 ^ ow <= W do
+    while 256 ^ ow <= 2 * W + 240000000 do
       ow = ow + 1
     end
     while 256 ^ tw <= L do
