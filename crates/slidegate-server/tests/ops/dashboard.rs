@@ -281,9 +281,9 @@ async fn exercise(server: &Slidegate, redis: &mut Redis, rules_file: &std::path:
         check(server, key).await;
         check(server, key).await;
     }
-    // Two descriptors in one check: the store decides them as one batch
-    // (one descriptor is a plain acquire).
-    let both = r#"{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"w"}]},{"entries":[{"key":"trial","value":"w"}]}]}"#;
+    // Two enforced descriptors in one check: the store decides them as one
+    // batch (a single enforced descriptor is a plain acquire).
+    let both = r#"{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"w"}]},{"entries":[{"key":"user","value":"x"}]}]}"#;
     assert_eq!(post(server, "/v1/check", both).await, 200);
     // A reload: the file's content changes.
     std::fs::write(rules_file, rules(2)).expect("the rules are rewritten");
