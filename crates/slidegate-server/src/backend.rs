@@ -279,6 +279,11 @@ impl Store for Backend {
         rules: &[Rule],
         cost: u64,
     ) -> Option<slidegate::Result<Decision>> {
+        if crate::tracing_otlp::enabled() {
+            // Traced decisions take the awaited path: its store call has a
+            // span of its own.
+            return None;
+        }
         match self {
             Backend::Memory(m) => Some(match m.store.acquire_now(key, rules, cost)? {
                 Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
