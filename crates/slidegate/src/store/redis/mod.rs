@@ -62,6 +62,7 @@ pub use self::coalesce::Coalesce;
 use self::coalesce::{Answer, Calls, Lane};
 use self::keys::{is_state_of, scan_pattern};
 use self::script::{Plan, Step, load_command, plain_call};
+use self::sentinel::Sentinel;
 use self::topology::{Topology, slot_of};
 use super::resilient::gate;
 use super::{Hit, Store, check_cost, validate_key};
@@ -74,6 +75,7 @@ mod coalesce;
 mod cross_slot;
 mod keys;
 mod script;
+mod sentinel;
 mod topology;
 
 /// The default key prefix.
@@ -120,6 +122,8 @@ struct Inner {
     connection: Connection,
     prefix: String,
     timeout: Duration,
+    /// How long [`Store::ready`] waits for the sentinels' first answer.
+    connect_timeout: Duration,
     /// The clock, the expiry margin, the deadline and coalescing: how the
     /// lanes call Redis.
     calls: Arc<Calls>,
@@ -136,6 +140,8 @@ enum Connection {
     /// Redis Cluster: routes by slot and follows MOVED/ASK (each master's
     /// lane is in the topology).
     Cluster(ClusterConnection),
+    /// Redis Sentinel: the lane of the master the sentinels name now.
+    Sentinel(Arc<Sentinel>),
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -165,6 +171,13 @@ impl RedisStore {
     /// - `redis+cluster://[user:password@]host1:port1,host2:port2` (or
     ///   `rediss+cluster://`) for a cluster: any reachable nodes; the rest
     ///   is discovered.
+    /// - `redis+sentinel://[user:password@]host1:port1,host2:port2/MASTER_NAME[/db]`
+    ///   (or `rediss+sentinel://`, TLS to the sentinels and the master) for
+    ///   a master that Redis Sentinel fails over: the sentinels are asked
+    ///   which node is the master, and asked again when calls fail and once
+    ///   a second, so that the store follows a failover. The user and
+    ///   password are the master's; the sentinels' go in the query:
+    ///   `?sentinel_username=USER&sentinel_password=PASSWORD`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url.into())
     }
@@ -172,6 +185,11 @@ impl RedisStore {
     /// True when connected to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner.connection, Connection::Cluster(_))
+    }
+
+    /// True when the master is found through Redis Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.inner.connection, Connection::Sentinel(_))
     }
 
     /// Decisions waiting for a script call to take them, on every node
@@ -224,6 +242,9 @@ impl Inner {
     fn lanes(&self) -> Vec<Arc<Lane>> {
         match (&self.connection, &self.topology) {
             (Connection::Node(lane), _) => vec![Arc::clone(lane)],
+            (Connection::Sentinel(sentinel), _) => {
+                sentinel.current().map(|m| Arc::clone(&m.lane)).into_iter().collect()
+            }
             (Connection::Cluster(_), Some(topology)) => topology.lanes(),
             (Connection::Cluster(_), None) => Vec::new(),
         }
@@ -268,6 +289,9 @@ impl Inner {
         plan: &Plan<'_>,
         step: Option<(Step, &str)>,
     ) -> Result<SmallVec<[Decision; 1]>> {
+        if let Connection::Sentinel(sentinel) = &self.connection {
+            return self.run_on_master(sentinel, plan, step).await;
+        }
         let node = self.node_of(plan.route());
         let permit = match &node {
             Some(node) => gate::enter(node)?,
@@ -300,6 +324,10 @@ impl Inner {
         // boxed, so that it does not weigh on every decision's future.
         let answer = match &self.connection {
             Connection::Node(lane) => lane.decide(part).await,
+            Connection::Sentinel(sentinel) => match sentinel.master(self.timeout).await {
+                Ok(master) => master.lane.decide(part).await,
+                Err(error) => Answer::Failed(error),
+            },
             Connection::Cluster(cluster) => match self.lane_of(plan.route()) {
                 Some(lane) => match lane.decide(part).await {
                     Answer::Moved => {
@@ -311,6 +339,43 @@ impl Inner {
                 None => Box::pin(self.invoke_cluster(cluster, plan, step)).await,
             },
         };
+        self.decisions(plan, answer)
+    }
+
+    /// Decides `plan` on the master the sentinels name, through that
+    /// master's circuit breaker; a failed call has the sentinels asked
+    /// again soon (the master may have died, or come back as a replica:
+    /// `READONLY`).
+    async fn run_on_master(
+        &self,
+        sentinel: &Arc<Sentinel>,
+        plan: &Plan<'_>,
+        step: Option<(Step, &str)>,
+    ) -> Result<SmallVec<[Decision; 1]>> {
+        let result = match sentinel.master(self.timeout).await {
+            Ok(master) => {
+                let permit = if gate::active() {
+                    gate::enter(&master.addr)?
+                } else {
+                    None
+                };
+                let answer = master.lane.decide(plan.part(step)).await;
+                let result = self.decisions(plan, answer);
+                gate::settle(permit, &result);
+                result
+            }
+            Err(error) => Err(error),
+        };
+        if let Err(error) = &result
+            && error.is_store_failure()
+        {
+            sentinel.refresh_if_due(true);
+        }
+        result
+    }
+
+    /// The decisions of `plan` in `answer`, or the error it carries.
+    fn decisions(&self, plan: &Plan<'_>, answer: Answer) -> Result<SmallVec<[Decision; 1]>> {
         match answer {
             Answer::Reply(value) => plan.decisions(&value),
             Answer::Refused(e, base) => Err(plan
@@ -401,6 +466,16 @@ impl Inner {
     ) -> Result<T> {
         match &self.connection {
             Connection::Node(lane) => self.within(cmd.query_async(&mut lane.connection())).await,
+            Connection::Sentinel(sentinel) => {
+                let master = sentinel.master(self.timeout).await?;
+                let result = self
+                    .within(cmd.query_async(&mut master.lane.connection()))
+                    .await;
+                if result.as_ref().is_err_and(Error::is_store_failure) {
+                    sentinel.refresh_if_due(true);
+                }
+                result
+            }
             Connection::Cluster(c) => {
                 if let Some(mut master) = self.master_connection(route_key) {
                     return match tokio::time::timeout(self.timeout, cmd.query_async(&mut master))
@@ -497,7 +572,8 @@ impl Store for RedisStore {
         }
     }
 
-    /// A single Redis: it answers `PING`. A cluster: some master does
+    /// A single Redis: it answers `PING`. Sentinel: the master the
+    /// sentinels name (and which says it is the master) answers `PING`. A cluster: some master does
     /// (every master known, asked at once; the one that serves the slot
     /// of the key `ready` until the slot map is known). A cluster with a
     /// master down still decides the other masters' keys, and every
@@ -506,6 +582,10 @@ impl Store for RedisStore {
     /// one master.
     async fn ready(&self) -> Result<()> {
         let inner = &*self.inner;
+        if let Connection::Sentinel(sentinel) = &inner.connection {
+            // The first lookup may take longer than a call's deadline.
+            sentinel.master(inner.connect_timeout).await?;
+        }
         if let Some(topology) = &inner.topology {
             topology.refresh_if_due(false);
             let masters = topology.masters();
