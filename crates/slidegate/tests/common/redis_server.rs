@@ -1,6 +1,6 @@
-//! Real Redis servers for tests: one `redis-server` on a free port, or a
-//! local 3-master Redis Cluster, each killed by PID when dropped. No
-//! Docker, no mocks. Without `redis-server` the tests fail and say how to
+//! Real Redis servers for tests: one `redis-server` on a free port, a
+//! local 3-master Redis Cluster, or a master with a replica watched by three
+//! sentinels, each killed by PID when dropped. No Docker, no mocks. Without `redis-server` the tests fail and say how to
 //! install it.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -169,6 +169,121 @@ impl RedisCluster {
     }
 }
 
+/// The name the sentinels of [`SentinelGroup`] monitor their master under.
+pub const MASTER_NAME: &str = "mymaster";
+
+/// A master, one replica and three sentinels (quorum 2) watching them:
+/// `redis-server sentinel.conf --sentinel`, the master declared down after
+/// `down-after-milliseconds` 1000.
+pub struct SentinelGroup {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinels: Vec<RedisServer>,
+}
+
+impl SentinelGroup {
+    /// Starts the five processes and waits until every sentinel knows the
+    /// replica and the two other sentinels (so that a failover can be
+    /// agreed on at once).
+    pub fn start() -> SentinelGroup {
+        let master = RedisServer::start();
+        let replica = RedisServer::start_with_args(&[
+            "--replicaof",
+            "127.0.0.1",
+            &master.port().to_string(),
+        ]);
+        replica.wait_for(|| {
+            replica
+                .command(&["INFO", "replication"])
+                .is_some_and(|info| info.contains("master_link_status:up"))
+        });
+        let sentinels: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_sentinel(master.port()))
+            .collect();
+        for sentinel in &sentinels {
+            sentinel.wait_for(|| {
+                let known = |field: &str| {
+                    command_fields(sentinel.port(), &["SENTINEL", "MASTER", MASTER_NAME])
+                        .and_then(|fields| {
+                            let at = fields.iter().position(|f| f == field)?;
+                            fields.get(at + 1)?.parse::<u32>().ok()
+                        })
+                };
+                known("num-slaves") == Some(1) && known("num-other-sentinels") == Some(2)
+            });
+        }
+        SentinelGroup {
+            master,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster`
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// The port of the master the sentinels name now.
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|s| {
+            command_fields(
+                s.port(),
+                &["SENTINEL", "get-master-addr-by-name", MASTER_NAME],
+            )?
+            .get(1)?
+            .parse()
+            .ok()
+        })
+    }
+}
+
+impl RedisServer {
+    /// A sentinel on a free port, monitoring the master on `master_port`.
+    fn start_sentinel(master_port: u16) -> RedisServer {
+        let port = free_port(false);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 2000\n\
+                 sentinel parallel-syncs {MASTER_NAME} 1\n",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start redis-server --sentinel ({e}): {INSTALL_HINT}"));
+        let server = RedisServer {
+            child,
+            port,
+            _dir: dir,
+        };
+        server.wait_for(|| command(port, &["PING"]).as_deref() == Some("PONG"));
+        server
+    }
+
+    /// SIGKILL now, and wait until the process is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A port that is free now (and, for a cluster node, whose bus port
 /// `port + 10000` is free too).
 fn free_port(with_bus: bool) -> u16 {
@@ -208,9 +323,34 @@ pub fn command_on(port: u16, args: &[&str]) -> Option<String> {
     command(port, args)
 }
 
-/// A minimal RESP client, enough to wait for a server without the crate
-/// under test.
-fn command(port: u16, args: &[&str]) -> Option<String> {
+/// Runs one command whose reply is an array (of strings, or of arrays of
+/// them) and returns its strings, flattened; `None` on an error or nil.
+fn command_fields(port: u16, args: &[&str]) -> Option<Vec<String>> {
+    let mut reader = send(port, args)?;
+    let mut fields = Vec::new();
+    let mut pending = 1usize;
+    while pending > 0 {
+        pending -= 1;
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let line = line.trim_end();
+        match line.split_at_checked(1)? {
+            ("*", count) => pending += count.parse::<usize>().ok()?,
+            ("+" | ":", rest) => fields.push(rest.to_owned()),
+            ("$", len) => {
+                let len: usize = len.parse().ok()?;
+                let mut body = vec![0; len + 2];
+                reader.read_exact(&mut body).ok()?;
+                body.truncate(len);
+                fields.push(String::from_utf8(body).ok()?);
+            }
+            _ => return None,
+        }
+    }
+    Some(fields)
+}
+
+fn send(port: u16, args: &[&str]) -> Option<BufReader<TcpStream>> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     let mut request = format!("*{}\r\n", args.len());
@@ -218,7 +358,13 @@ fn command(port: u16, args: &[&str]) -> Option<String> {
         request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
     }
     stream.write_all(request.as_bytes()).ok()?;
-    let mut reader = BufReader::new(stream);
+    Some(BufReader::new(stream))
+}
+
+/// A minimal RESP client, enough to wait for a server without the crate
+/// under test.
+fn command(port: u16, args: &[&str]) -> Option<String> {
+    let mut reader = send(port, args)?;
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
     let line = line.trim_end();
