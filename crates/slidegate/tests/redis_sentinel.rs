@@ -19,7 +19,9 @@ async fn store(url: &str) -> RedisStore {
 }
 
 async fn off_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.expect("a blocking task")
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("a blocking task")
 }
 
 /// Asks `rule` for `key` `limit` times and once more: the remaining count
@@ -42,7 +44,10 @@ async fn decisions_through_the_sentinels_are_exact_and_stored_on_the_master() {
     let rule = Rule::parse("5/1m").expect("a valid rule");
     counts_exactly(&store, "login:10.0.0.1", rule).await;
     let key = store.state_key("login:10.0.0.1", rule);
-    assert_eq!(group.master.command(&["EXISTS", &key]).as_deref(), Some("1"));
+    assert_eq!(
+        group.master.command(&["EXISTS", &key]).as_deref(),
+        Some("1")
+    );
     store.ready().await.expect("ready");
 }
 
@@ -63,18 +68,31 @@ async fn the_store_follows_the_replica_the_sentinels_promote() {
     // until the replica is promoted and the store has found it.
     let first_answer = loop {
         let since = killed.elapsed();
-        assert!(since < Duration::from_secs(20), "never followed the failover");
-        match store.acquire("probe", &[Rule::parse("1000000/1m").expect("a rule")], 1).await {
+        assert!(
+            since < Duration::from_secs(20),
+            "never followed the failover"
+        );
+        match store
+            .acquire("probe", &[Rule::parse("1000000/1m").expect("a rule")], 1)
+            .await
+        {
             Ok(_) => break since,
             Err(error) => assert!(error.is_store_failure(), "{error:?}"),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(group.master_port(), Some(replica), "the replica was promoted");
+    assert_eq!(
+        group.master_port(),
+        Some(replica),
+        "the replica was promoted"
+    );
     eprintln!("sentinel failover: decided again {first_answer:?} after the kill");
     counts_exactly(&store, "after", rule).await;
     let key = store.state_key("after", rule);
-    assert_eq!(group.replica.command(&["EXISTS", &key]).as_deref(), Some("1"));
+    assert_eq!(
+        group.replica.command(&["EXISTS", &key]).as_deref(),
+        Some("1")
+    );
     store.ready().await.expect("ready on the new master");
 }
 
@@ -96,7 +114,10 @@ async fn no_sentinel_answering_at_start_is_a_store_error_not_a_panic() {
         .expect("a valid URL");
     let rule = Rule::parse("5/1m").expect("a valid rule");
     let decision = lazy.acquire("k", &[rule], 1).await;
-    assert!(decision.as_ref().is_err_and(Error::is_store_failure), "{decision:?}");
+    assert!(
+        decision.as_ref().is_err_and(Error::is_store_failure),
+        "{decision:?}"
+    );
     assert!(lazy.ready().await.is_err());
 }
 

@@ -187,11 +187,8 @@ impl SentinelGroup {
     /// agreed on at once).
     pub fn start() -> SentinelGroup {
         let master = RedisServer::start();
-        let replica = RedisServer::start_with_args(&[
-            "--replicaof",
-            "127.0.0.1",
-            &master.port().to_string(),
-        ]);
+        let replica =
+            RedisServer::start_with_args(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
         replica.wait_for(|| {
             replica
                 .command(&["INFO", "replication"])
@@ -203,11 +200,12 @@ impl SentinelGroup {
         for sentinel in &sentinels {
             sentinel.wait_for(|| {
                 let known = |field: &str| {
-                    command_fields(sentinel.port(), &["SENTINEL", "MASTER", MASTER_NAME])
-                        .and_then(|fields| {
+                    command_fields(sentinel.port(), &["SENTINEL", "MASTER", MASTER_NAME]).and_then(
+                        |fields| {
                             let at = fields.iter().position(|f| f == field)?;
                             fields.get(at + 1)?.parse::<u32>().ok()
-                        })
+                        },
+                    )
                 };
                 known("num-slaves") == Some(1) && known("num-other-sentinels") == Some(2)
             });
@@ -267,7 +265,9 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start redis-server --sentinel ({e}): {INSTALL_HINT}"));
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server --sentinel ({e}): {INSTALL_HINT}")
+            });
         let server = RedisServer {
             child,
             port,

@@ -242,9 +242,11 @@ impl Inner {
     fn lanes(&self) -> Vec<Arc<Lane>> {
         match (&self.connection, &self.topology) {
             (Connection::Node(lane), _) => vec![Arc::clone(lane)],
-            (Connection::Sentinel(sentinel), _) => {
-                sentinel.current().map(|m| Arc::clone(&m.lane)).into_iter().collect()
-            }
+            (Connection::Sentinel(sentinel), _) => sentinel
+                .current()
+                .map(|m| Arc::clone(&m.lane))
+                .into_iter()
+                .collect(),
             (Connection::Cluster(_), Some(topology)) => topology.lanes(),
             (Connection::Cluster(_), None) => Vec::new(),
         }

@@ -469,8 +469,14 @@ mod tests {
             ["10.0.0.1:26379", "10.0.0.2:26379", "[::1]:5000"]
         );
         assert_eq!(url.name, "mymaster");
-        assert_eq!(url.master_url.of("10.0.0.9:6379"), "redis://app:s3cret@10.0.0.9:6379/2");
-        assert_eq!(url.sentinel_url.of("10.0.0.1:26379"), "redis://:p@10.0.0.1:26379");
+        assert_eq!(
+            url.master_url.of("10.0.0.9:6379"),
+            "redis://app:s3cret@10.0.0.9:6379/2"
+        );
+        assert_eq!(
+            url.sentinel_url.of("10.0.0.1:26379"),
+            "redis://:p@10.0.0.1:26379"
+        );
         let tls = parsed("rediss+sentinel://h:1/m?sentinel_username=u&sentinel_password=p");
         assert_eq!(tls.master_url.of("x:1"), "rediss://x:1");
         assert_eq!(tls.sentinel_url.of("h:1"), "rediss://u:p@h:1");
