@@ -2,10 +2,10 @@
 //! when the sentinels promote another.
 //!
 //! A `redis+sentinel://` URL names sentinels and a master name. The master
-//! is found as the Sentinel client protocol asks: a sentinel answers
-//! `SENTINEL get-master-addr-by-name`, and the node it names must say
-//! `master` to `ROLE` before any call goes to it, so a write never goes to
-//! a replica that a stale sentinel still names. The sentinels are asked
+//! is found as the Sentinel client protocol asks: the sentinels answer
+//! `SENTINEL get-master-addr-by-name` (all asked at once), and a node one
+//! of them names must say `master` to `ROLE` before any call goes to it, so
+//! a write never goes to a replica that a stale sentinel still names. The sentinels are asked
 //! on first use, then at most once a second while calls are made (a
 //! promotion is seen without a single failed call), and soon after a call
 //! fails (a dead master, or `READONLY` from an old master that came back as
@@ -237,7 +237,14 @@ impl Sentinel {
             return Ok(master);
         }
         let mut state = self.state.subscribe();
-        let seen = state.borrow_and_update().lookups;
+        let seen = {
+            let now = state.borrow_and_update();
+            // Found between the two looks.
+            if let Some(master) = &now.master {
+                return Ok(Arc::clone(master));
+            }
+            now.lookups
+        };
         self.refresh_if_due(true);
         if self.looking.load(Ordering::Acquire) {
             let found = tokio::time::timeout(
@@ -288,34 +295,28 @@ impl Sentinel {
         // Without a runtime the guard is dropped here: the next call tries.
     }
 
-    /// Asks each sentinel in turn, the last one that answered first, until
-    /// one names a node that says it is the master, and adopts that node.
+    /// Asks every sentinel at once which node is the master, then asks
+    /// the nodes they name, in turn, whether they are: the first that says
+    /// so is adopted. A node other than the one in use is asked first (the
+    /// sentinels that still name the old master after a failover have not
+    /// heard of it yet, and the old master may take a while to fail).
     async fn look_up(&self) {
         let current = self.current();
-        let start = self.first.load(Ordering::Relaxed);
-        let mut tried: Vec<String> = Vec::new();
-        let mut failures = Vec::new();
+        let is_current = |addr: &str| current.as_ref().is_some_and(|m| *m.addr == *addr);
+        let (mut named, mut failures) = self.ask_all(&is_current).await;
+        // Stable: in the sentinels' order otherwise.
+        named.sort_by_key(|(_, addr)| is_current(addr));
+        let mut tried: Vec<&str> = Vec::new();
         let mut demoted = false;
-        for i in (0..self.sentinels.len()).map(|i| (start + i) % self.sentinels.len()) {
-            let (sentinel, connection) = &self.sentinels[i];
-            let addr = match self.ask(connection.clone()).await {
-                Ok(Some(addr)) => addr,
-                Ok(None) => {
-                    failures.push(format!("{sentinel} knows no master named {:?}", self.name));
-                    continue;
-                }
-                Err(why) => {
-                    failures.push(format!("sentinel {sentinel}: {why}"));
-                    continue;
-                }
-            };
-            if tried.contains(&addr) {
+        for (i, addr) in &named {
+            if tried.contains(&addr.as_str()) {
                 continue;
             }
-            tried.push(addr.clone());
+            tried.push(addr);
+            let sentinel = &self.sentinels[*i].0;
             let lane = match &current {
-                Some(master) if *master.addr == *addr => Arc::clone(&master.lane),
-                _ => match (self.connect)(&self.master_url.of(&addr)) {
+                Some(master) if *master.addr == **addr => Arc::clone(&master.lane),
+                _ => match (self.connect)(&self.master_url.of(addr)) {
                     Ok(lane) => lane,
                     Err(e) => {
                         failures.push(format!("{addr}: {e}"));
@@ -323,14 +324,21 @@ impl Sentinel {
                     }
                 },
             };
-            match role(lane.connection()).await {
+            // The master in use is asked only to notice a demotion: a dead
+            // one must not hold up the search for the promoted replica.
+            let patience = if is_current(addr) {
+                REFRESH_AFTER_FAILURE
+            } else {
+                LOOKUP_TIMEOUT
+            };
+            match role(lane.connection(), patience).await {
                 Ok(role) if role == "master" => {
-                    self.first.store(i, Ordering::Relaxed);
-                    self.adopt(current.as_ref(), addr, lane);
+                    self.first.store(*i, Ordering::Relaxed);
+                    self.adopt(current.as_ref(), addr.clone(), lane);
                     return;
                 }
                 Ok(role) => {
-                    demoted |= current.as_ref().is_some_and(|m| *m.addr == *addr);
+                    demoted |= is_current(addr);
                     failures.push(format!("{addr}, named by {sentinel}, is a {role}"));
                 }
                 Err(why) => failures.push(format!("{addr}, named by {sentinel}: {why}")),
@@ -355,6 +363,49 @@ impl Sentinel {
         });
     }
 
+    /// The sentinels' answers, all asked at once: the master each names
+    /// (by the sentinel's index, the one that answered last first), and
+    /// what the others said. Once one names a node other than the master
+    /// in use, the others are not waited for.
+    async fn ask_all(
+        &self,
+        is_current: &impl Fn(&str) -> bool,
+    ) -> (Vec<(usize, String)>, Vec<String>) {
+        let count = self.sentinels.len();
+        let first = self.first.load(Ordering::Relaxed);
+        let mut asks = tokio::task::JoinSet::new();
+        for (i, (_, connection)) in self.sentinels.iter().enumerate() {
+            let (connection, name) = (connection.clone(), self.name.clone());
+            // Rotated: ties in the order go to the sentinel that answered last.
+            let rank = (i + count - first) % count;
+            asks.spawn(async move { (rank, i, ask(connection, &name).await) });
+        }
+        let (mut named, mut failures) = (Vec::new(), Vec::new());
+        while let Some(answer) = asks.join_next().await {
+            let Ok((rank, i, answer)) = answer else {
+                continue;
+            };
+            let sentinel = &self.sentinels[i].0;
+            match answer {
+                Ok(Some(addr)) => {
+                    let new = !is_current(&addr);
+                    named.push((rank, i, addr));
+                    if new {
+                        break;
+                    }
+                }
+                Ok(None) => failures.push(format!(
+                    "sentinel {sentinel} knows no master named {:?}",
+                    self.name
+                )),
+                Err(why) => failures.push(format!("sentinel {sentinel}: {why}")),
+            }
+        }
+        named.sort_unstable_by_key(|(rank, _, _)| *rank);
+        let named = named.into_iter().map(|(_, i, addr)| (i, addr)).collect();
+        (named, failures)
+    }
+
     /// Makes `addr` the master in use (if it is not already).
     fn adopt(&self, current: Option<&Arc<Master>>, addr: String, lane: Arc<Lane>) {
         let changed = current.is_none_or(|m| *m.addr != *addr);
@@ -376,32 +427,35 @@ impl Sentinel {
             state.lookups += 1;
         });
     }
+}
 
-    /// The master's `host:port` by one sentinel, `None` when it knows no
-    /// master of that name.
-    async fn ask(
-        &self,
-        mut connection: ConnectionManager,
-    ) -> std::result::Result<Option<String>, String> {
-        let mut lookup = redis::cmd("SENTINEL");
-        lookup.arg("get-master-addr-by-name").arg(&self.name);
-        match tokio::time::timeout(
-            LOOKUP_TIMEOUT,
-            lookup.query_async::<Option<(String, u16)>>(&mut connection),
-        )
-        .await
-        {
-            Ok(Ok(addr)) => Ok(addr.map(|(host, port)| host_port(&host, port))),
-            Ok(Err(e)) => Err(describe(&e)),
-            Err(_) => Err(format!("no answer within {LOOKUP_TIMEOUT:?}")),
-        }
+/// The master's `host:port` by one sentinel, `None` when it knows no
+/// master named `name`.
+async fn ask(
+    mut connection: ConnectionManager,
+    name: &str,
+) -> std::result::Result<Option<String>, String> {
+    let mut lookup = redis::cmd("SENTINEL");
+    lookup.arg("get-master-addr-by-name").arg(name);
+    match tokio::time::timeout(
+        LOOKUP_TIMEOUT,
+        lookup.query_async::<Option<(String, u16)>>(&mut connection),
+    )
+    .await
+    {
+        Ok(Ok(addr)) => Ok(addr.map(|(host, port)| host_port(&host, port))),
+        Ok(Err(e)) => Err(describe(&e)),
+        Err(_) => Err(format!("no answer within {LOOKUP_TIMEOUT:?}")),
     }
 }
 
 /// What a node says it is (`master`, `slave`, `sentinel`).
-async fn role(mut connection: ConnectionManager) -> std::result::Result<String, String> {
+async fn role(
+    mut connection: ConnectionManager,
+    patience: Duration,
+) -> std::result::Result<String, String> {
     let reply = tokio::time::timeout(
-        LOOKUP_TIMEOUT,
+        patience,
         redis::cmd("ROLE").query_async::<redis::Value>(&mut connection),
     )
     .await;
@@ -413,7 +467,7 @@ async fn role(mut connection: ConnectionManager) -> std::result::Result<String, 
         },
         Ok(Ok(other)) => Err(format!("ROLE answered {other:?}")),
         Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(format!("no answer to ROLE within {LOOKUP_TIMEOUT:?}")),
+        Err(_) => Err(format!("no answer to ROLE within {patience:?}")),
     }
 }
 
