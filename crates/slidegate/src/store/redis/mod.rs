@@ -62,7 +62,7 @@ pub use self::coalesce::Coalesce;
 use self::coalesce::{Answer, Calls, Lane};
 use self::keys::{is_state_of, scan_pattern};
 use self::script::{Plan, Step, load_command, plain_call};
-use self::sentinel::Sentinel;
+use self::sentinel::{Master, Sentinel};
 use self::topology::{Topology, slot_of};
 use super::resilient::gate;
 use super::{Hit, Store, check_cost, validate_key};
@@ -354,18 +354,25 @@ impl Inner {
         plan: &Plan<'_>,
         step: Option<(Step, &str)>,
     ) -> Result<SmallVec<[Decision; 1]>> {
-        let result = match sentinel.master(self.timeout).await {
-            Ok(master) => {
-                let permit = if gate::active() {
-                    gate::enter(&master.addr)?
-                } else {
-                    None
-                };
-                let answer = master.lane.decide(plan.part(step)).await;
-                let result = self.decisions(plan, answer);
-                gate::settle(permit, &result);
-                result
+        let permit = |master: &Master| {
+            if gate::active() {
+                gate::enter(&master.addr)
+            } else {
+                Ok(None)
             }
+        };
+        // A refusal by the master's open circuit is a failure too: the
+        // sentinels may name another master by now.
+        let result = match sentinel.master(self.timeout).await {
+            Ok(master) => match permit(&master) {
+                Ok(permit) => {
+                    let answer = master.lane.decide(plan.part(step)).await;
+                    let result = self.decisions(plan, answer);
+                    gate::settle(permit, &result);
+                    result
+                }
+                Err(refused) => Err(refused),
+            },
             Err(error) => Err(error),
         };
         if let Err(error) = &result
