@@ -96,6 +96,29 @@ async fn the_store_follows_the_replica_the_sentinels_promote() {
     store.ready().await.expect("ready on the new master");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_urls_password_is_the_masters_and_the_querys_the_sentinels() {
+    let group =
+        off_thread(|| SentinelGroup::start_with_passwords(Some("m4ster"), Some("s3ntinel"))).await;
+    let hosts = group.hosts();
+    let url = |master: &str, sentinel: &str| {
+        format!("redis+sentinel://:{master}@{hosts}/{MASTER_NAME}?sentinel_password={sentinel}")
+    };
+    let store = store(&url("m4ster", "s3ntinel")).await;
+    counts_exactly(
+        &store,
+        "with-passwords",
+        Rule::parse("3/1m").expect("a rule"),
+    )
+    .await;
+    for (master, sentinel) in [("m4ster", "wr0ng"), ("wr0ng", "s3ntinel")] {
+        match RedisStore::builder(url(master, sentinel)).build().await {
+            Err(Error::Store(message)) => assert!(!message.contains("wr0ng"), "{message}"),
+            other => panic!("{master}/{sentinel}: {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn no_sentinel_answering_at_start_is_a_store_error_not_a_panic() {
     let url = format!(
