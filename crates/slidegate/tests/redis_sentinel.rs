@@ -97,6 +97,64 @@ async fn the_store_follows_the_replica_the_sentinels_promote() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_forced_failover_writes_go_where_the_sentinels_say_not_to_the_old_master() {
+    let group = off_thread(SentinelGroup::start).await;
+    let store = store(&group.url()).await;
+    let probe = Rule::parse("1000000/1m").expect("a valid rule");
+    store
+        .acquire("warm", &[probe], 1)
+        .await
+        .expect("a decision");
+    // The old master stays up and, for a while (about 10 s here, until the
+    // sentinels reconfigure it), still says it is a master and takes
+    // writes: only the sentinels know it is not the master any more.
+    assert_eq!(
+        group.sentinels[0]
+            .command(&["SENTINEL", "FAILOVER", MASTER_NAME])
+            .as_deref(),
+        Some("OK")
+    );
+    let started = Instant::now();
+    let mut named = None;
+    // Decisions keep coming (the sentinels are asked again at most a
+    // second apart while they do), until a second after a sentinel names
+    // the promoted replica.
+    while named.is_none_or(|at: Instant| at.elapsed() < Duration::from_millis(1_200)) {
+        assert!(started.elapsed() < Duration::from_secs(20), "no failover");
+        if named.is_none() && group.master_port() == Some(group.replica.port()) {
+            named = Some(Instant::now());
+        }
+        if let Err(error) = store.acquire("during", &[probe], 1).await {
+            assert!(error.is_store_failure(), "{error:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let old_still_master = |group: &SentinelGroup| {
+        group
+            .master
+            .command(&["INFO", "replication"])
+            .is_some_and(|info| info.contains("role:master"))
+    };
+    assert!(
+        old_still_master(&group),
+        "the old master was reconfigured early"
+    );
+    let rule = Rule::parse("5/1m").expect("a valid rule");
+    counts_exactly(&store, "after", rule).await;
+    let key = store.state_key("after", rule);
+    assert_eq!(
+        group.replica.command(&["EXISTS", &key]).as_deref(),
+        Some("1")
+    );
+    if old_still_master(&group) {
+        assert_eq!(
+            group.master.command(&["EXISTS", &key]).as_deref(),
+            Some("0")
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_urls_password_is_the_masters_and_the_querys_the_sentinels() {
     let group =
         off_thread(|| SentinelGroup::start_with_passwords(Some("m4ster"), Some("s3ntinel"))).await;
