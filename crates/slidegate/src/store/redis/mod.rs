@@ -31,6 +31,11 @@
 //!   (from `CLUSTER SLOTS`, fetched again every second while in use and
 //!   after failures): a dead master degrades only its own keys. The store
 //!   is ready while some master answers.
+//! - **Redis Sentinel.** With a `redis+sentinel://` URL, calls go to the
+//!   master the sentinels name (once it answers `ROLE` as one), asked
+//!   again once a second while in use and soon after a failed call; a
+//!   promoted replica gets a lane and a breaker of its own (see
+//!   `sentinel.rs`).
 //! - **Compact state, little Redis CPU.** A sliding log is one binary
 //!   STRING: fixed-size records (time and running total, each truncated to
 //!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
@@ -582,8 +587,9 @@ impl Store for RedisStore {
     }
 
     /// A single Redis: it answers `PING`. Sentinel: the master the
-    /// sentinels name (and which says it is the master) answers `PING`. A cluster: some master does
-    /// (every master known, asked at once; the one that serves the slot
+    /// sentinels name (and which says it is one) answers `PING`. A
+    /// cluster: some master does (every master known, asked at once; the
+    /// one that serves the slot
     /// of the key `ready` until the slot map is known). A cluster with a
     /// master down still decides the other masters' keys, and every
     /// instance of a service sees the same cluster: reporting them all

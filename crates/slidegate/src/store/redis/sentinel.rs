@@ -246,22 +246,27 @@ impl Sentinel {
             now.lookups
         };
         self.refresh_if_due(true);
+        let mut why = None;
         if self.looking.load(Ordering::Acquire) {
             let found = tokio::time::timeout(
                 wait,
                 state.wait_for(|s| s.master.is_some() || s.lookups != seen),
             )
             .await;
-            if let Ok(Ok(state)) = found
-                && let Some(master) = &state.master
-            {
-                return Ok(Arc::clone(master));
+            match found {
+                Ok(Ok(state)) => {
+                    if let Some(master) = &state.master {
+                        return Ok(Arc::clone(master));
+                    }
+                }
+                Ok(Err(_)) => {}
+                Err(_) => why = Some(format!("the sentinels did not name one within {wait:?}")),
             }
         }
+        let why = why.unwrap_or_else(|| self.why.lock().clone());
         Err(Error::Store(format!(
-            "no master for {:?}: {}",
-            self.name,
-            self.why.lock()
+            "no master for {:?}: {why}",
+            self.name
         )))
     }
 
