@@ -25,7 +25,8 @@ use crate::metrics::Instrumented;
 pub enum StoreUrl {
     /// `memory`: the in-process store.
     Memory,
-    /// `redis://…`, `rediss://…` or `redis+cluster://…`: the Redis store.
+    /// `redis://…`, `rediss://…`, `redis+cluster://…` or
+    /// `redis+sentinel://…`: the Redis store.
     Redis(String),
 }
 
@@ -42,7 +43,7 @@ impl fmt::Debug for StoreUrl {
 /// A `--store` value that names no known store (shown without its password).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error(
-    "unknown store {:?}: expected `memory`, `redis://HOST:PORT`, `rediss://HOST:PORT` or `redis+cluster://H1:P1,H2:P2`",
+    "unknown store {:?}: expected `memory`, `redis://HOST:PORT`, `rediss://HOST:PORT`, `redis+cluster://H1:P1,H2:P2` or `redis+sentinel://H1:P1,H2:P2/MASTER_NAME`",
     redact_url(.0)
 )]
 pub struct UnknownStore(String);
@@ -90,9 +91,10 @@ impl FromStr for StoreUrl {
             .split_once("://")
             .map(|(scheme, _)| scheme.to_ascii_lowercase());
         match scheme.as_deref() {
-            Some("redis" | "rediss" | "redis+cluster" | "rediss+cluster") => {
-                Ok(StoreUrl::Redis(trimmed.to_owned()))
-            }
+            Some(
+                "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
+                | "rediss+sentinel",
+            ) => Ok(StoreUrl::Redis(trimmed.to_owned())),
             _ => Err(UnknownStore(s.to_owned())),
         }
     }
@@ -124,7 +126,8 @@ pub enum ConnectError {
 pub enum Backend {
     /// The in-process store: fast, exact, per instance, lost on restart.
     Memory(MemoryBackend),
-    /// Redis or Redis Cluster, shared by every instance, behind the failure
+    /// Redis, Redis Cluster or a master found through Redis Sentinel,
+    /// shared by every instance, behind the failure
     /// policy, the deadline, the circuit breaker and the local deny cache.
     Redis(ResilientStore<Instrumented<RedisStore>>),
 }
@@ -359,6 +362,12 @@ mod tests {
             "redis+cluster://a:1,b:2".parse(),
             Ok(StoreUrl::Redis(_))
         ));
+        for sentinel in [
+            "redis+sentinel://a:26379,b:26379/mymaster",
+            "rediss+sentinel://a:26379/mymaster/1",
+        ] {
+            assert_eq!(sentinel.parse(), Ok(StoreUrl::Redis(sentinel.into())));
+        }
         for bad in ["", "mem", "http://x", "redis", "postgres://db"] {
             assert!(bad.parse::<StoreUrl>().is_err(), "{bad:?}");
         }
@@ -385,6 +394,10 @@ mod tests {
             (
                 "redis+cluster://u:s3cret@a:1,b:2",
                 "redis+cluster://u:***@a:1,b:2",
+            ),
+            (
+                "redis+sentinel://u:s3cret@a:1,b:2/mymaster?sentinel_password=s3cret",
+                "redis+sentinel://u:***@a:1,b:2/mymaster?***",
             ),
             ("redis://u:p@ss:s3cret@host", "redis://u:***@host"),
             ("redis:/u:s3cret@host", "redis:***@host"),

@@ -503,8 +503,12 @@ pub enum CoalesceMode {
 pub struct StoreArgs {
     /// Where the limiter keeps its state: `memory` (this process only;
     /// lost on restart), `redis://[user:password@]host:port[/db]`,
-    /// `rediss://…` (TLS) or `redis+cluster://host1:port1,host2:port2`
-    /// (shared by every instance that points at it). Its password is
+    /// `rediss://…` (TLS), `redis+cluster://host1:port1,host2:port2` or
+    /// `redis+sentinel://[user:password@]host1:port1,host2:port2/MASTER_NAME[/db]`
+    /// (the master Redis Sentinel names, followed across failovers; the
+    /// sentinels' own credentials in
+    /// `?sentinel_username=…&sentinel_password=…`; `rediss+sentinel://` for
+    /// TLS), shared by every instance that points at it. Its passwords are
     /// never shown: not in help, logs, errors or metrics.
     #[arg(
         long = "store",

@@ -1,8 +1,9 @@
 //! Real `redis-server` processes for the server's tests, including the
 //! faults: a node that can be SIGKILLed and restarted on the same port with
-//! the same data directory, and a local Redis Cluster with or without
-//! replicas. No Docker, no mocks. Without `redis-server` the tests fail and
-//! say how to install it.
+//! the same data directory, a local Redis Cluster with or without
+//! replicas, and a master with a replica watched by three sentinels. No
+//! Docker, no mocks. Without `redis-server` the tests fail and say how to
+//! install it.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -20,6 +21,8 @@ pub struct Redis {
     port: u16,
     args: Vec<String>,
     dir: tempfile::TempDir,
+    /// A sentinel's configuration file (it rewrites it as it learns).
+    sentinel_conf: Option<std::path::PathBuf>,
 }
 
 impl Redis {
@@ -40,17 +43,53 @@ impl Redis {
             port,
             args: extra.iter().map(|s| (*s).to_owned()).collect(),
             dir: tempfile::tempdir().expect("a temporary directory"),
+            sentinel_conf: None,
+        };
+        redis.spawn();
+        redis
+    }
+
+    /// A sentinel (`redis-server sentinel.conf --sentinel`) on a free port,
+    /// watching the master on `master_port` under [`MASTER_NAME`] with a
+    /// quorum of 2, and declaring it down after 1 s without an answer.
+    pub fn start_sentinel(master_port: u16) -> Redis {
+        let port = free_port(false);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 2000\n\
+                 sentinel parallel-syncs {MASTER_NAME} 1\n",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        let mut redis = Redis {
+            child: None,
+            port,
+            args: Vec::new(),
+            dir,
+            sentinel_conf: Some(conf),
         };
         redis.spawn();
         redis
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", ""])
-            .arg("--dir")
-            .arg(self.dir.path())
+        let mut command = Command::new("redis-server");
+        match &self.sentinel_conf {
+            Some(conf) => command.arg(conf).arg("--sentinel"),
+            None => command
+                .args(["--port", &self.port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", ""])
+                .arg("--dir")
+                .arg(self.dir.path()),
+        };
+        let child = command
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -141,6 +180,80 @@ impl Redis {
 impl Drop for Redis {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// The name the sentinels of [`Sentinels`] monitor their master under.
+pub const MASTER_NAME: &str = "mymaster";
+
+/// A master, one replica, and three sentinels watching them (see
+/// [`Redis::start_sentinel`]).
+pub struct Sentinels {
+    pub master: Redis,
+    pub replica: Redis,
+    pub sentinels: Vec<Redis>,
+}
+
+impl Sentinels {
+    /// Starts the five processes and waits until the replica follows the
+    /// master and every sentinel knows the replica and the two others (so
+    /// that they can agree on a failover at once).
+    pub fn start() -> Sentinels {
+        let master = Redis::start();
+        let replica = Redis::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        replica.wait_until("follows its master", |r| {
+            text_of(
+                &r.command(&["INFO", "replication"])
+                    .unwrap_or(redis::Value::Nil),
+            )
+            .contains("master_link_status:up")
+        });
+        let sentinels: Vec<Redis> = (0..3).map(|_| Redis::start_sentinel(master.port)).collect();
+        for sentinel in &sentinels {
+            sentinel.wait_until("knows the replica and the other sentinels", |s| {
+                let Ok(redis::Value::Array(fields)) =
+                    s.command(&["SENTINEL", "MASTER", MASTER_NAME])
+                else {
+                    return false;
+                };
+                let fields: Vec<String> = fields.iter().map(text_of).collect();
+                let field = |name: &str| {
+                    let at = fields.iter().position(|f| f == name)?;
+                    fields.get(at + 1).cloned()
+                };
+                field("num-slaves").as_deref() == Some("1")
+                    && field("num-other-sentinels").as_deref() == Some("2")
+            });
+        }
+        Sentinels {
+            master,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster`
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.sentinels.iter().map(Redis::addr).collect();
+        format!("redis+sentinel://{}/{MASTER_NAME}", hosts.join(","))
+    }
+
+    /// True when the replica says it is a master now.
+    pub fn replica_promoted(&self) -> bool {
+        self.replica
+            .command(&["INFO", "replication"])
+            .is_ok_and(|v| text_of(&v).contains("role:master"))
+    }
+
+    /// True when some sentinel names the replica as the master.
+    pub fn replica_named(&self) -> bool {
+        self.sentinels.iter().any(|s| {
+            matches!(
+                s.command(&["SENTINEL", "get-master-addr-by-name", MASTER_NAME]),
+                Ok(redis::Value::Array(addr))
+                    if addr.get(1).map(text_of) == Some(self.replica.port.to_string())
+            )
+        })
     }
 }
 

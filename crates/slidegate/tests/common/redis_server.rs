@@ -1,6 +1,6 @@
-//! Real Redis servers for tests: one `redis-server` on a free port, or a
-//! local 3-master Redis Cluster, each killed by PID when dropped. No
-//! Docker, no mocks. Without `redis-server` the tests fail and say how to
+//! Real Redis servers for tests: one `redis-server` on a free port, a
+//! local 3-master Redis Cluster, or a master with a replica watched by three
+//! sentinels, each killed by PID when dropped. No Docker, no mocks. Without `redis-server` the tests fail and say how to
 //! install it.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -16,6 +16,8 @@ pub struct RedisServer {
     child: Child,
     port: u16,
     _dir: tempfile::TempDir,
+    /// Its `requirepass`, sent with `AUTH` before every command of the fixture.
+    password: Option<String>,
 }
 
 impl RedisServer {
@@ -30,6 +32,10 @@ impl RedisServer {
     }
 
     fn start_with(port: u16, extra: &[&str]) -> RedisServer {
+        let password = extra
+            .windows(2)
+            .find(|w| w[0] == "--requirepass")
+            .map(|w| w[1].to_owned());
         let dir = tempfile::tempdir().expect("a temporary directory");
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string()])
@@ -45,8 +51,9 @@ impl RedisServer {
             child,
             port,
             _dir: dir,
+            password,
         };
-        server.wait_for(|| command(port, &["PING"]).as_deref() == Some("PONG"));
+        server.wait_for(|| server.command(&["PING"]).as_deref() == Some("PONG"));
         server
     }
 
@@ -63,7 +70,7 @@ impl RedisServer {
     /// Runs one command and returns its reply as text (simple, integer or
     /// bulk string), or `None` on an error reply.
     pub fn command(&self, args: &[&str]) -> Option<String> {
-        command(self.port, args)
+        command_as(self.port, self.password.as_deref(), args)
     }
 
     fn wait_for(&self, ready: impl Fn() -> bool) {
@@ -169,6 +176,152 @@ impl RedisCluster {
     }
 }
 
+/// The name the sentinels of [`SentinelGroup`] monitor their master under.
+pub const MASTER_NAME: &str = "mymaster";
+
+/// A master, one replica and three sentinels (quorum 2) watching them:
+/// `redis-server sentinel.conf --sentinel`, the master declared down after
+/// `down-after-milliseconds` 1000.
+pub struct SentinelGroup {
+    pub master: RedisServer,
+    pub replica: RedisServer,
+    pub sentinels: Vec<RedisServer>,
+}
+
+impl SentinelGroup {
+    /// Starts the five processes and waits until every sentinel knows the
+    /// replica and the two other sentinels (so that a failover can be
+    /// agreed on at once).
+    pub fn start() -> SentinelGroup {
+        SentinelGroup::start_with_passwords(None, None)
+    }
+
+    /// The same, with `requirepass` on the master and the replica
+    /// (`master`) and on the sentinels (`sentinels`).
+    pub fn start_with_passwords(
+        master_password: Option<&str>,
+        sentinel_password: Option<&str>,
+    ) -> SentinelGroup {
+        let auth: Vec<&str> = master_password
+            .map(|p| vec!["--requirepass", p, "--masterauth", p])
+            .unwrap_or_default();
+        let master = RedisServer::start_with(free_port(false), &auth);
+        let port = master.port().to_string();
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend_from_slice(&auth);
+        let replica = RedisServer::start_with_args(&args);
+        replica.wait_for(|| {
+            replica
+                .command(&["INFO", "replication"])
+                .is_some_and(|info| info.contains("master_link_status:up"))
+        });
+        let sentinels: Vec<RedisServer> = (0..3)
+            .map(|_| RedisServer::start_sentinel(master.port(), master_password, sentinel_password))
+            .collect();
+        for sentinel in &sentinels {
+            sentinel.wait_for(|| {
+                let known = |field: &str| {
+                    command_fields(sentinel, &["SENTINEL", "MASTER", MASTER_NAME]).and_then(
+                        |fields| {
+                            let at = fields.iter().position(|f| f == field)?;
+                            fields.get(at + 1)?.parse::<u32>().ok()
+                        },
+                    )
+                };
+                known("num-slaves") == Some(1) && known("num-other-sentinels") == Some(2)
+            });
+        }
+        SentinelGroup {
+            master,
+            replica,
+            sentinels,
+        }
+    }
+
+    /// `redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3/mymaster`
+    pub fn url(&self) -> String {
+        format!("redis+sentinel://{}/{MASTER_NAME}", self.hosts())
+    }
+
+    /// `127.0.0.1:S1,127.0.0.1:S2,127.0.0.1:S3`
+    pub fn hosts(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        hosts.join(",")
+    }
+
+    /// The port of the master the sentinels name now.
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|s| {
+            command_fields(s, &["SENTINEL", "get-master-addr-by-name", MASTER_NAME])?
+                .get(1)?
+                .parse()
+                .ok()
+        })
+    }
+}
+
+impl RedisServer {
+    /// A sentinel on a free port, monitoring the master on `master_port`
+    /// (with its password), itself behind `password`.
+    fn start_sentinel(
+        master_port: u16,
+        master_password: Option<&str>,
+        password: Option<&str>,
+    ) -> RedisServer {
+        let mut auth = String::new();
+        if let Some(master) = master_password {
+            auth.push_str(&format!("sentinel auth-pass {MASTER_NAME} {master}\n"));
+        }
+        if let Some(password) = password {
+            auth.push_str(&format!(
+                "requirepass {password}\nsentinel sentinel-pass {password}\n"
+            ));
+        }
+        let port = free_port(false);
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let conf = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                 sentinel failover-timeout {MASTER_NAME} 2000\n\
+                 sentinel parallel-syncs {MASTER_NAME} 1\n{auth}",
+                dir = dir.path().display()
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start redis-server --sentinel ({e}): {INSTALL_HINT}")
+            });
+        let server = RedisServer {
+            child,
+            port,
+            _dir: dir,
+            password: password.map(str::to_owned),
+        };
+        server.wait_for(|| server.command(&["PING"]).as_deref() == Some("PONG"));
+        server
+    }
+
+    /// SIGKILL now, and wait until the process is gone.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A port that is free now (and, for a cluster node, whose bus port
 /// `port + 10000` is free too).
 fn free_port(with_bus: bool) -> u16 {
@@ -208,17 +361,67 @@ pub fn command_on(port: u16, args: &[&str]) -> Option<String> {
     command(port, args)
 }
 
-/// A minimal RESP client, enough to wait for a server without the crate
-/// under test.
-fn command(port: u16, args: &[&str]) -> Option<String> {
+/// Runs one command whose reply is an array (of strings, or of arrays of
+/// them) and returns its strings, flattened; `None` on an error or nil.
+fn command_fields(server: &RedisServer, args: &[&str]) -> Option<Vec<String>> {
+    let mut reader = send(server.port, server.password.as_deref(), args)?;
+    let mut fields = Vec::new();
+    let mut pending = 1usize;
+    while pending > 0 {
+        pending -= 1;
+        let mut line = String::new();
+        reader.read_line(&mut line).ok()?;
+        let line = line.trim_end();
+        match line.split_at_checked(1)? {
+            ("*", count) => pending += count.parse::<usize>().ok()?,
+            ("+" | ":", rest) => fields.push(rest.to_owned()),
+            ("$", len) => {
+                let len: usize = len.parse().ok()?;
+                let mut body = vec![0; len + 2];
+                reader.read_exact(&mut body).ok()?;
+                body.truncate(len);
+                fields.push(String::from_utf8(body).ok()?);
+            }
+            _ => return None,
+        }
+    }
+    Some(fields)
+}
+
+/// Sends `args` (after `AUTH password`, whose reply is read) and returns
+/// the reader of the reply.
+fn send(port: u16, password: Option<&str>, args: &[&str]) -> Option<BufReader<TcpStream>> {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let mut request = format!("*{}\r\n", args.len());
-    for arg in args {
-        request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+    let mut request = String::new();
+    let auth = password.map(|p| ["AUTH", p]);
+    for command in auth.iter().map(|a| &a[..]).chain([args]) {
+        request.push_str(&format!("*{}\r\n", command.len()));
+        for arg in command {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
     }
     stream.write_all(request.as_bytes()).ok()?;
     let mut reader = BufReader::new(stream);
+    if password.is_some() {
+        let mut ok = String::new();
+        reader.read_line(&mut ok).ok()?;
+        if !ok.starts_with("+OK") {
+            return None;
+        }
+    }
+    Some(reader)
+}
+
+/// A minimal RESP client, enough to wait for a server without the crate
+/// under test.
+fn command(port: u16, args: &[&str]) -> Option<String> {
+    command_as(port, None, args)
+}
+
+/// [`command`] after `AUTH password`.
+fn command_as(port: u16, password: Option<&str>, args: &[&str]) -> Option<String> {
+    let mut reader = send(port, password, args)?;
     let mut line = String::new();
     reader.read_line(&mut line).ok()?;
     let line = line.trim_end();

@@ -1,6 +1,7 @@
 //! [`RedisStoreBuilder`]: the options of a [`RedisStore`], its URL, and the
 //! connections it opens (one multiplexed connection to a single Redis; to
-//! a cluster, redis-rs' cluster connection and one connection per master).
+//! a cluster, redis-rs' cluster connection and one connection per master;
+//! through Sentinel, one per sentinel and one to the master in use).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::coalesce::{Calls, Coalesce, Lane};
+use super::sentinel::{self, Sentinel};
 use super::topology::{NodeUrl, Topology};
 use super::{
     Connection, DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRY_MARGIN,
@@ -152,8 +154,9 @@ impl RedisStoreBuilder {
             timeout: self.timeout,
             coalesce: self.coalesce,
         });
-        let (connection, topology) = match cluster_nodes(&self.url)? {
-            Some((url, hosts)) => {
+        let (connection, topology) = match (cluster_nodes(&self.url)?, sentinel::parse(&self.url)?)
+        {
+            (Some((url, hosts)), _) => {
                 let connection = self.cluster(&url, &hosts)?;
                 let connect_timeout = self.connect_timeout;
                 let calls = Arc::clone(&calls);
@@ -167,7 +170,23 @@ impl RedisStoreBuilder {
                 );
                 (connection, Some(topology))
             }
-            None => {
+            (None, Some(url)) => {
+                if let Some(first) = url.sentinels.first() {
+                    install_tls_provider(&url.sentinel_url.of(first));
+                }
+                let connect_timeout = self.connect_timeout;
+                let calls = Arc::clone(&calls);
+                let sentinel = Sentinel::new(
+                    url,
+                    |url| manager(url, connect_timeout),
+                    Box::new(move |node_url| {
+                        let connection = manager(node_url, connect_timeout)?;
+                        Ok(Arc::new(Lane::new(connection, Arc::clone(&calls), false)))
+                    }),
+                )?;
+                (Connection::Sentinel(sentinel), None)
+            }
+            (None, None) => {
                 let connection = self.node()?;
                 (
                     Connection::Node(Arc::new(Lane::new(connection, Arc::clone(&calls), false))),
@@ -181,6 +200,7 @@ impl RedisStoreBuilder {
                 connection,
                 prefix: self.prefix,
                 timeout: self.timeout,
+                connect_timeout: self.connect_timeout,
                 calls,
             }),
         })
@@ -198,7 +218,7 @@ impl RedisStoreBuilder {
     fn node(&self) -> Result<ConnectionManager> {
         if !self.url.starts_with("redis://") && !self.url.starts_with("rediss://") {
             return Err(Error::Config(
-                "expected a redis://, rediss:// or redis+cluster:// URL".into(),
+                "expected a redis://, rediss://, redis+cluster:// or redis+sentinel:// URL".into(),
             ));
         }
         manager(&self.url, self.connect_timeout)

@@ -31,6 +31,11 @@
 //!   (from `CLUSTER SLOTS`, fetched again every second while in use and
 //!   after failures): a dead master degrades only its own keys. The store
 //!   is ready while some master answers.
+//! - **Redis Sentinel.** With a `redis+sentinel://` URL, calls go to the
+//!   master the sentinels name (once it answers `ROLE` as one), asked
+//!   again once a second while in use and soon after a failed call; a
+//!   promoted replica gets a lane and a breaker of its own (see
+//!   `sentinel.rs`).
 //! - **Compact state, little Redis CPU.** A sliding log is one binary
 //!   STRING: fixed-size records (time and running total, each truncated to
 //!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
@@ -62,6 +67,7 @@ pub use self::coalesce::Coalesce;
 use self::coalesce::{Answer, Calls, Lane};
 use self::keys::{is_state_of, scan_pattern};
 use self::script::{Plan, Step, load_command, plain_call};
+use self::sentinel::{Master, Sentinel};
 use self::topology::{Topology, slot_of};
 use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn, wait_micros};
 use super::resilient::gate;
@@ -75,6 +81,7 @@ mod coalesce;
 mod cross_slot;
 mod keys;
 mod script;
+mod sentinel;
 mod topology;
 
 /// The default key prefix.
@@ -121,6 +128,8 @@ struct Inner {
     connection: Connection,
     prefix: String,
     timeout: Duration,
+    /// How long [`Store::ready`] waits for the sentinels' first answer.
+    connect_timeout: Duration,
     /// The clock, the expiry margin, the deadline and coalescing: how the
     /// lanes call Redis.
     calls: Arc<Calls>,
@@ -137,6 +146,8 @@ enum Connection {
     /// Redis Cluster: routes by slot and follows MOVED/ASK (each master's
     /// lane is in the topology).
     Cluster(ClusterConnection),
+    /// Redis Sentinel: the lane of the master the sentinels name now.
+    Sentinel(Arc<Sentinel>),
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -166,6 +177,13 @@ impl RedisStore {
     /// - `redis+cluster://[user:password@]host1:port1,host2:port2` (or
     ///   `rediss+cluster://`) for a cluster: any reachable nodes; the rest
     ///   is discovered.
+    /// - `redis+sentinel://[user:password@]host1:port1,host2:port2/MASTER_NAME[/db]`
+    ///   (or `rediss+sentinel://`, TLS to the sentinels and the master) for
+    ///   a master that Redis Sentinel fails over: the sentinels are asked
+    ///   which node is the master, and asked again when calls fail and once
+    ///   a second, so that the store follows a failover. The user and
+    ///   password are the master's; the sentinels' go in the query:
+    ///   `?sentinel_username=USER&sentinel_password=PASSWORD`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
         RedisStoreBuilder::new(url.into())
     }
@@ -173,6 +191,11 @@ impl RedisStore {
     /// True when connected to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         matches!(self.inner.connection, Connection::Cluster(_))
+    }
+
+    /// True when the master is found through Redis Sentinel.
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.inner.connection, Connection::Sentinel(_))
     }
 
     /// Decisions waiting for a script call to take them, on every node
@@ -225,6 +248,11 @@ impl Inner {
     fn lanes(&self) -> Vec<Arc<Lane>> {
         match (&self.connection, &self.topology) {
             (Connection::Node(lane), _) => vec![Arc::clone(lane)],
+            (Connection::Sentinel(sentinel), _) => sentinel
+                .current()
+                .map(|m| Arc::clone(&m.lane))
+                .into_iter()
+                .collect(),
             (Connection::Cluster(_), Some(topology)) => topology.lanes(),
             (Connection::Cluster(_), None) => Vec::new(),
         }
@@ -280,6 +308,9 @@ impl Inner {
         step: Option<(Step, &str)>,
         parse: impl Fn(&Plan<'_>, &redis::Value) -> Result<T>,
     ) -> Result<T> {
+        if let Connection::Sentinel(sentinel) = &self.connection {
+            return self.run_on_master(sentinel, plan, step, parse).await;
+        }
         let node = self.node_of(plan.route());
         let permit = match &node {
             Some(node) => gate::enter(node)?,
@@ -323,6 +354,10 @@ impl Inner {
         // boxed, so that it does not weigh on every decision's future.
         let answer = match &self.connection {
             Connection::Node(lane) => lane.decide(part).await,
+            Connection::Sentinel(sentinel) => match sentinel.master(self.timeout).await {
+                Ok(master) => master.lane.decide(part).await,
+                Err(error) => Answer::Failed(error),
+            },
             Connection::Cluster(cluster) => match self.lane_of(plan.route()) {
                 Some(lane) => match lane.decide(part).await {
                     Answer::Moved => {
@@ -334,6 +369,56 @@ impl Inner {
                 None => Box::pin(self.invoke_cluster(cluster, plan, step)).await,
             },
         };
+        self.answer(plan, answer, parse)
+    }
+
+    /// Decides `plan` on the master the sentinels name, through that
+    /// master's circuit breaker; a failed call has the sentinels asked
+    /// again soon (the master may have died, or come back as a replica:
+    /// `READONLY`).
+    async fn run_on_master<T>(
+        &self,
+        sentinel: &Arc<Sentinel>,
+        plan: &Plan<'_>,
+        step: Option<(Step, &str)>,
+        parse: impl Fn(&Plan<'_>, &redis::Value) -> Result<T>,
+    ) -> Result<T> {
+        let permit = |master: &Master| {
+            if gate::active() {
+                gate::enter(&master.addr)
+            } else {
+                Ok(None)
+            }
+        };
+        // A refusal by the master's open circuit is a failure too: the
+        // sentinels may name another master by now.
+        let result = match sentinel.master(self.timeout).await {
+            Ok(master) => match permit(&master) {
+                Ok(permit) => {
+                    let answer = master.lane.decide(plan.part(step)).await;
+                    let result = self.answer(plan, answer, parse);
+                    gate::settle(permit, &result);
+                    result
+                }
+                Err(refused) => Err(refused),
+            },
+            Err(error) => Err(error),
+        };
+        if let Err(error) = &result
+            && error.is_store_failure()
+        {
+            sentinel.refresh_if_due(true);
+        }
+        result
+    }
+
+    /// `answer` to `plan`, read by `parse`, or the error it carries.
+    fn answer<T>(
+        &self,
+        plan: &Plan<'_>,
+        answer: Answer,
+        parse: impl Fn(&Plan<'_>, &redis::Value) -> Result<T>,
+    ) -> Result<T> {
         match answer {
             Answer::Reply(value) => parse(plan, &value),
             Answer::Refused(e, base) => Err(plan
@@ -424,6 +509,16 @@ impl Inner {
     ) -> Result<T> {
         match &self.connection {
             Connection::Node(lane) => self.within(cmd.query_async(&mut lane.connection())).await,
+            Connection::Sentinel(sentinel) => {
+                let master = sentinel.master(self.timeout).await?;
+                let result = self
+                    .within(cmd.query_async(&mut master.lane.connection()))
+                    .await;
+                if result.as_ref().is_err_and(Error::is_store_failure) {
+                    sentinel.refresh_if_due(true);
+                }
+                result
+            }
             Connection::Cluster(c) => {
                 if let Some(mut master) = self.master_connection(route_key) {
                     return match tokio::time::timeout(self.timeout, cmd.query_async(&mut master))
@@ -578,8 +673,10 @@ impl Store for RedisStore {
         }
     }
 
-    /// A single Redis: it answers `PING`. A cluster: some master does
-    /// (every master known, asked at once; the one that serves the slot
+    /// A single Redis: it answers `PING`. Sentinel: the master the
+    /// sentinels name (and which says it is one) answers `PING`. A
+    /// cluster: some master does (every master known, asked at once; the
+    /// one that serves the slot
     /// of the key `ready` until the slot map is known). A cluster with a
     /// master down still decides the other masters' keys, and every
     /// instance of a service sees the same cluster: reporting them all
@@ -587,6 +684,10 @@ impl Store for RedisStore {
     /// one master.
     async fn ready(&self) -> Result<()> {
         let inner = &*self.inner;
+        if let Connection::Sentinel(sentinel) = &inner.connection {
+            // The first lookup may take longer than a call's deadline.
+            sentinel.master(inner.connect_timeout).await?;
+        }
         if let Some(topology) = &inner.topology {
             topology.refresh_if_due(false);
             let masters = topology.masters();

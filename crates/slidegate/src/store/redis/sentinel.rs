@@ -1,0 +1,569 @@
+//! Redis Sentinel: which node is the master now, and its lane, swapped
+//! when the sentinels promote another.
+//!
+//! A `redis+sentinel://` URL names sentinels and a master name. The master
+//! is found as the Sentinel client protocol asks: the sentinels answer
+//! `SENTINEL get-master-addr-by-name` (all asked at once), and a node one
+//! of them names must say `master` to `ROLE` before any call goes to it, so
+//! a write never goes to a replica that a stale sentinel still names. The sentinels are asked
+//! on first use, then at most once a second while calls are made (a
+//! promotion is seen without a single failed call), and soon after a call
+//! fails (a dead master, or `READONLY` from an old master that came back as
+//! a replica). When another master is found, new calls go to its lane (a
+//! connection of its own, and a circuit breaker of its own, named after its
+//! address); calls already out on the old one finish or fail there, and the
+//! failure policy answers for those, as for any failed call.
+//!
+//! When no sentinel answers, the master known stays in use (the sentinels
+//! being down says nothing about the master). Until a master is known,
+//! calls wait for the first lookup within their deadline, then fail.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use redis::aio::ConnectionManager;
+use tokio::sync::watch;
+
+use super::coalesce::Lane;
+use super::describe;
+use super::topology::{Connect, NodeUrl};
+use crate::error::{Error, Result};
+
+/// How old the master's address may get while calls are made.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// How soon after the last lookup a failed call may look again.
+const REFRESH_AFTER_FAILURE: Duration = Duration::from_millis(100);
+/// How long one sentinel is given to name the master, and the master to
+/// answer `ROLE`.
+const LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
+/// The port of a sentinel named without one.
+const SENTINEL_PORT: u16 = 26_379;
+
+/// A parsed `redis+sentinel://` (or `rediss+sentinel://`) URL.
+#[derive(Clone, Debug)]
+pub(crate) struct SentinelUrl {
+    /// The sentinels' `host:port`.
+    pub(crate) sentinels: Vec<String>,
+    /// How to reach a sentinel: the scheme and the sentinels' credentials.
+    pub(crate) sentinel_url: NodeUrl,
+    /// How to reach the master: the scheme, the URL's credentials and
+    /// database.
+    pub(crate) master_url: NodeUrl,
+    /// The name the sentinels monitor the master under.
+    pub(crate) name: String,
+}
+
+/// The URL's form, for error messages.
+const FORM: &str = "redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]\
+     [?sentinel_username=USER&sentinel_password=PASSWORD]";
+
+/// Parses a `redis+sentinel://` or `rediss+sentinel://` URL; `None` for
+/// any other URL.
+///
+/// The user and password of the URL are the master's (and its replicas');
+/// the sentinels' come from the query (`sentinel_username`,
+/// `sentinel_password`), and without them the sentinels are asked without
+/// `AUTH`. Both are percent-encoded as in a URL's user info. `rediss+`
+/// speaks TLS to the sentinels and to the master.
+pub(crate) fn parse(url: &str) -> Result<Option<SentinelUrl>> {
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
+        ("redis", rest)
+    } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
+        ("rediss", rest)
+    } else {
+        return Ok(None);
+    };
+    let bad = |why: &str| Error::Config(format!("{why}: expected {FORM}"));
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (auth, rest) = match rest.rsplit_once('@') {
+        Some((auth, rest)) => (format!("{auth}@"), rest),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = rest
+        .split_once('/')
+        .ok_or_else(|| bad("the URL names no master"))?;
+    let (name, db) = match path.split_once('/') {
+        Some((name, db)) => (name, db.trim_end_matches('/')),
+        None => (path, ""),
+    };
+    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c.is_control()) {
+        return Err(bad("the URL names no master"));
+    }
+    let db = if db.is_empty() {
+        String::new()
+    } else if db.parse::<u16>().is_ok() {
+        format!("/{db}")
+    } else {
+        return Err(bad("the database must be a number"));
+    };
+    let mut sentinels = Vec::new();
+    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
+        sentinels.push(sentinel_address(host).ok_or_else(|| bad("a sentinel is not HOST:PORT"))?);
+    }
+    if sentinels.is_empty() {
+        return Err(bad("the URL names no sentinel"));
+    }
+    let (mut user, mut password) = (None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("sentinel_username", value)) => user = Some(value),
+            Some(("sentinel_password", value)) => password = Some(value),
+            _ => {
+                let key = pair.split('=').next().unwrap_or_default();
+                return Err(bad(&format!(
+                    "unknown query parameter {key:?} (sentinel_username and sentinel_password are known)"
+                )));
+            }
+        }
+    }
+    let sentinel_auth = match (user, password) {
+        (None, None) => String::new(),
+        (user, Some(password)) => format!("{}:{password}@", user.unwrap_or_default()),
+        (Some(user), None) => format!("{user}@"),
+    };
+    Ok(Some(SentinelUrl {
+        sentinels,
+        sentinel_url: NodeUrl {
+            scheme,
+            auth: sentinel_auth,
+            path: String::new(),
+        },
+        master_url: NodeUrl {
+            scheme,
+            auth,
+            path: db,
+        },
+        name: name.to_owned(),
+    }))
+}
+
+/// `host:port` of a sentinel (the default port when none is given), or
+/// `None` when the port is not a number.
+fn sentinel_address(host: &str) -> Option<String> {
+    let bracketed = host.starts_with('[');
+    match host.rsplit_once(':') {
+        Some((name, port)) if !bracketed || name.ends_with(']') => {
+            let port: u16 = port.parse().ok()?;
+            (!name.is_empty()).then(|| format!("{name}:{port}"))
+        }
+        _ => Some(format!("{host}:{SENTINEL_PORT}")),
+    }
+}
+
+/// The master in use: its address (`host:port`, the name of its circuit
+/// breaker) and its lane.
+pub(crate) struct Master {
+    pub(crate) addr: Arc<str>,
+    pub(crate) lane: Arc<Lane>,
+}
+
+/// What every call reads: the master, and how many lookups have ended.
+#[derive(Clone, Default)]
+struct State {
+    master: Option<Arc<Master>>,
+    lookups: u64,
+}
+
+/// The sentinels, the master they name, and its lane, shared by every
+/// clone of one store.
+pub(crate) struct Sentinel {
+    name: String,
+    /// Each sentinel's address and connection (opened on first use,
+    /// reconnecting by itself).
+    sentinels: Vec<(Arc<str>, ConnectionManager)>,
+    master_url: NodeUrl,
+    connect: Box<Connect>,
+    state: watch::Sender<State>,
+    /// Why the last lookup found no master, for the error of a call.
+    why: Mutex<String>,
+    origin: Instant,
+    /// When the last lookup ended (µs since `origin`, 0: never).
+    looked_us: AtomicU64,
+    /// A lookup is under way (cleared by a guard, whatever becomes of it).
+    looking: AtomicBool,
+    /// The sentinel that answered last: asked first next time.
+    first: AtomicUsize,
+}
+
+impl std::fmt::Debug for Sentinel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sentinel")
+            .field("name", &self.name)
+            .field("master", &self.current().map(|m| Arc::clone(&m.addr)))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sentinel {
+    /// The sentinels of `url`, each through `sentinel` (a connection that
+    /// opens on first use), and the master's lanes through `connect`.
+    pub(crate) fn new(
+        url: SentinelUrl,
+        sentinel: impl Fn(&str) -> Result<ConnectionManager>,
+        connect: Box<Connect>,
+    ) -> Result<Arc<Sentinel>> {
+        let sentinels = url
+            .sentinels
+            .iter()
+            .map(|host| Ok((host.as_str().into(), sentinel(&url.sentinel_url.of(host))?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(Sentinel {
+            name: url.name,
+            sentinels,
+            master_url: url.master_url,
+            connect,
+            state: watch::Sender::new(State::default()),
+            why: Mutex::new("the sentinels were not asked yet".into()),
+            origin: Instant::now(),
+            looked_us: AtomicU64::new(0),
+            looking: AtomicBool::new(false),
+            first: AtomicUsize::new(0),
+        }))
+    }
+
+    /// The master in use, if one is known.
+    pub(crate) fn current(&self) -> Option<Arc<Master>> {
+        self.state.borrow().master.clone()
+    }
+
+    /// The master to call now: the one in use (looked up again in the
+    /// background when due), or the one the lookup under way finds, waited
+    /// for up to `wait`.
+    pub(crate) async fn master(self: &Arc<Self>, wait: Duration) -> Result<Arc<Master>> {
+        if let Some(master) = self.current() {
+            self.refresh_if_due(false);
+            return Ok(master);
+        }
+        let mut state = self.state.subscribe();
+        let seen = {
+            let now = state.borrow_and_update();
+            // Found between the two looks.
+            if let Some(master) = &now.master {
+                return Ok(Arc::clone(master));
+            }
+            now.lookups
+        };
+        self.refresh_if_due(true);
+        let mut why = None;
+        if self.looking.load(Ordering::Acquire) {
+            let found = tokio::time::timeout(
+                wait,
+                state.wait_for(|s| s.master.is_some() || s.lookups != seen),
+            )
+            .await;
+            match found {
+                Ok(Ok(state)) => {
+                    if let Some(master) = &state.master {
+                        return Ok(Arc::clone(master));
+                    }
+                }
+                Ok(Err(_)) => {}
+                Err(_) => why = Some(format!("the sentinels did not name one within {wait:?}")),
+            }
+        }
+        let why = why.unwrap_or_else(|| self.why.lock().clone());
+        Err(Error::Store(format!(
+            "no master for {:?}: {why}",
+            self.name
+        )))
+    }
+
+    /// Looks the master up again in the background when due: never looked
+    /// up, looked up over a second ago, or (`soon`: after a failed call)
+    /// over 100 ms ago. One lookup at a time.
+    pub(crate) fn refresh_if_due(self: &Arc<Self>, soon: bool) {
+        let looked = self.looked_us.load(Ordering::Acquire);
+        let age = micros(self.origin.elapsed()).saturating_sub(looked);
+        let due = if soon {
+            REFRESH_AFTER_FAILURE
+        } else {
+            REFRESH_EVERY
+        };
+        if looked != 0 && age < micros(due) {
+            return;
+        }
+        if self
+            .looking
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return;
+        }
+        let lookup = Lookup {
+            sentinel: Arc::clone(self),
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(lookup.run());
+        }
+        // Without a runtime the guard is dropped here: the next call tries.
+    }
+
+    /// Asks every sentinel at once which node is the master, then asks
+    /// the nodes they name, in turn, whether they are: the first that says
+    /// so is adopted. A node other than the one in use is asked first (the
+    /// sentinels that still name the old master after a failover have not
+    /// heard of it yet, and the old master may take a while to fail).
+    async fn look_up(&self) {
+        let current = self.current();
+        let is_current = |addr: &str| current.as_ref().is_some_and(|m| *m.addr == *addr);
+        let (mut named, mut failures) = self.ask_all(&is_current).await;
+        // Stable: in the sentinels' order otherwise.
+        named.sort_by_key(|(_, addr)| is_current(addr));
+        let mut tried: Vec<&str> = Vec::new();
+        let mut demoted = false;
+        for (i, addr) in &named {
+            if tried.contains(&addr.as_str()) {
+                continue;
+            }
+            tried.push(addr);
+            let sentinel = &self.sentinels[*i].0;
+            let lane = match &current {
+                Some(master) if *master.addr == **addr => Arc::clone(&master.lane),
+                _ => match (self.connect)(&self.master_url.of(addr)) {
+                    Ok(lane) => lane,
+                    Err(e) => {
+                        failures.push(format!("{addr}: {e}"));
+                        continue;
+                    }
+                },
+            };
+            // The master in use is asked only to notice a demotion: a dead
+            // one must not hold up the search for the promoted replica.
+            let patience = if is_current(addr) {
+                REFRESH_AFTER_FAILURE
+            } else {
+                LOOKUP_TIMEOUT
+            };
+            match role(lane.connection(), patience).await {
+                Ok(role) if role == "master" => {
+                    self.first.store(*i, Ordering::Relaxed);
+                    self.adopt(current.as_ref(), addr.clone(), lane);
+                    return;
+                }
+                Ok(role) => {
+                    demoted |= is_current(addr);
+                    failures.push(format!("{addr}, named by {sentinel}, is a {role}"));
+                }
+                Err(why) => failures.push(format!("{addr}, named by {sentinel}: {why}")),
+            }
+        }
+        let why = failures.join("; ");
+        if demoted {
+            tracing::warn!(
+                name = %self.name,
+                why = %why,
+                "sentinel: the master in use is no longer a master; no calls go to it"
+            );
+        } else {
+            tracing::debug!(name = %self.name, why = %why, "sentinel: no new master found");
+        }
+        *self.why.lock() = why;
+        self.state.send_modify(|state| {
+            if demoted {
+                state.master = None;
+            }
+            state.lookups += 1;
+        });
+    }
+
+    /// The sentinels' answers, all asked at once: the master each names
+    /// (by the sentinel's index, the one that answered last first), and
+    /// what the others said. Once one names a node other than the master
+    /// in use, the others are not waited for.
+    async fn ask_all(
+        &self,
+        is_current: &impl Fn(&str) -> bool,
+    ) -> (Vec<(usize, String)>, Vec<String>) {
+        let count = self.sentinels.len();
+        let first = self.first.load(Ordering::Relaxed);
+        let mut asks = tokio::task::JoinSet::new();
+        for (i, (_, connection)) in self.sentinels.iter().enumerate() {
+            let (connection, name) = (connection.clone(), self.name.clone());
+            // Rotated: ties in the order go to the sentinel that answered last.
+            let rank = (i + count - first) % count;
+            asks.spawn(async move { (rank, i, ask(connection, &name).await) });
+        }
+        let (mut named, mut failures) = (Vec::new(), Vec::new());
+        while let Some(answer) = asks.join_next().await {
+            let Ok((rank, i, answer)) = answer else {
+                continue;
+            };
+            let sentinel = &self.sentinels[i].0;
+            match answer {
+                Ok(Some(addr)) => {
+                    let new = !is_current(&addr);
+                    named.push((rank, i, addr));
+                    if new {
+                        break;
+                    }
+                }
+                Ok(None) => failures.push(format!(
+                    "sentinel {sentinel} knows no master named {:?}",
+                    self.name
+                )),
+                Err(why) => failures.push(format!("sentinel {sentinel}: {why}")),
+            }
+        }
+        named.sort_unstable_by_key(|(rank, _, _)| *rank);
+        let named = named.into_iter().map(|(_, i, addr)| (i, addr)).collect();
+        (named, failures)
+    }
+
+    /// Makes `addr` the master in use (if it is not already).
+    fn adopt(&self, current: Option<&Arc<Master>>, addr: String, lane: Arc<Lane>) {
+        let changed = current.is_none_or(|m| *m.addr != *addr);
+        if changed {
+            tracing::info!(
+                name = %self.name,
+                master = %addr,
+                previous = current.map_or("none", |m| &m.addr),
+                "sentinel: following the master"
+            );
+        }
+        self.state.send_modify(|state| {
+            if changed {
+                state.master = Some(Arc::new(Master {
+                    addr: addr.into(),
+                    lane,
+                }));
+            }
+            state.lookups += 1;
+        });
+    }
+}
+
+/// The master's `host:port` by one sentinel, `None` when it knows no
+/// master named `name`.
+async fn ask(
+    mut connection: ConnectionManager,
+    name: &str,
+) -> std::result::Result<Option<String>, String> {
+    let mut lookup = redis::cmd("SENTINEL");
+    lookup.arg("get-master-addr-by-name").arg(name);
+    match tokio::time::timeout(
+        LOOKUP_TIMEOUT,
+        lookup.query_async::<Option<(String, u16)>>(&mut connection),
+    )
+    .await
+    {
+        Ok(Ok(addr)) => Ok(addr.map(|(host, port)| host_port(&host, port))),
+        Ok(Err(e)) => Err(describe(&e)),
+        Err(_) => Err(format!("no answer within {LOOKUP_TIMEOUT:?}")),
+    }
+}
+
+/// What a node says it is (`master`, `slave`, `sentinel`).
+async fn role(
+    mut connection: ConnectionManager,
+    patience: Duration,
+) -> std::result::Result<String, String> {
+    let reply = tokio::time::timeout(
+        patience,
+        redis::cmd("ROLE").query_async::<redis::Value>(&mut connection),
+    )
+    .await;
+    match reply {
+        Ok(Ok(redis::Value::Array(fields))) => match fields.first() {
+            Some(redis::Value::BulkString(role)) => Ok(String::from_utf8_lossy(role).into()),
+            Some(redis::Value::SimpleString(role)) => Ok(role.clone()),
+            other => Err(format!("ROLE answered {other:?}")),
+        },
+        Ok(Ok(other)) => Err(format!("ROLE answered {other:?}")),
+        Ok(Err(e)) => Err(describe(&e)),
+        Err(_) => Err(format!("no answer to ROLE within {patience:?}")),
+    }
+}
+
+/// `host:port`, with an IPv6 host in brackets.
+fn host_port(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// One lookup; clears `looking` when done or dropped.
+struct Lookup {
+    sentinel: Arc<Sentinel>,
+}
+
+impl Lookup {
+    async fn run(self) {
+        self.sentinel.look_up().await;
+    }
+}
+
+impl Drop for Lookup {
+    fn drop(&mut self) {
+        let sentinel = &self.sentinel;
+        sentinel
+            .looked_us
+            .store(micros(sentinel.origin.elapsed()).max(1), Ordering::Release);
+        sentinel.looking.store(false, Ordering::Release);
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(url: &str) -> SentinelUrl {
+        parse(url).expect("a valid URL").expect("a sentinel URL")
+    }
+
+    #[test]
+    fn the_url_names_sentinels_master_credentials_and_database() {
+        let url = parsed(
+            "redis+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2,[::1]:5000/mymaster/2?sentinel_password=p",
+        );
+        assert_eq!(
+            url.sentinels,
+            ["10.0.0.1:26379", "10.0.0.2:26379", "[::1]:5000"]
+        );
+        assert_eq!(url.name, "mymaster");
+        assert_eq!(
+            url.master_url.of("10.0.0.9:6379"),
+            "redis://app:s3cret@10.0.0.9:6379/2"
+        );
+        assert_eq!(
+            url.sentinel_url.of("10.0.0.1:26379"),
+            "redis://:p@10.0.0.1:26379"
+        );
+        let tls = parsed("rediss+sentinel://h:1/m?sentinel_username=u&sentinel_password=p");
+        assert_eq!(tls.master_url.of("x:1"), "rediss://x:1");
+        assert_eq!(tls.sentinel_url.of("h:1"), "rediss://u:p@h:1");
+        assert!(matches!(parse("redis://h:6379"), Ok(None)));
+    }
+
+    #[test]
+    fn a_url_without_master_or_sentinel_is_a_config_error() {
+        for bad in [
+            "redis+sentinel://h:26379",
+            "redis+sentinel://h:26379/",
+            "redis+sentinel:///mymaster",
+            "redis+sentinel://h:port/mymaster",
+            "redis+sentinel://h:1/mymaster/db",
+            "redis+sentinel://h:1/mymaster?password=x",
+        ] {
+            match parse(bad) {
+                Err(Error::Config(message)) => {
+                    assert!(message.contains("redis+sentinel://"), "{message}")
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn ipv6_masters_are_bracketed() {
+        assert_eq!(host_port("::1", 6379), "[::1]:6379");
+        assert_eq!(host_port("10.0.0.1", 6379), "10.0.0.1:6379");
+    }
+}
