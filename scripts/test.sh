@@ -51,6 +51,11 @@ cargo fmt --all -- --check
 
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
+# The library as a user without features (or with one) builds it.
+for features in "" "--features http" "--features tower" "--features redis"; do
+  # shellcheck disable=SC2086
+  cargo clippy -p slidegate --lib $features -- -D warnings
+done
 
 echo "==> cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps

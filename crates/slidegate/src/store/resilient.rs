@@ -70,6 +70,8 @@ pub const DEFAULT_LOCAL_MAX_BYTES: usize = 256 << 20;
 
 mod breaker;
 mod deny_cache;
+// Per-node circuits: only the Redis store has nodes.
+#[cfg_attr(not(feature = "redis"), allow(dead_code))]
 pub(crate) mod gate;
 
 /// What to answer when the backend cannot decide.

@@ -104,6 +104,7 @@ impl Breaker {
 
     /// True when a call asking now would be refused (open and cooling
     /// down, or probed by another call), without taking a permit.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) fn refuses(&self) -> bool {
         let open_until = self.open_until.load(Ordering::Acquire);
         open_until != 0 && (self.now() < open_until || self.probing.load(Ordering::Acquire))
