@@ -51,7 +51,7 @@ cargo fmt --all -- --check
 
 echo "==> cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
-# The library as a user without features (or with one) builds it.
+# The library alone, with no feature and with each one, as users build it.
 for features in "" "--features http" "--features tower" "--features redis"; do
   # shellcheck disable=SC2086
   cargo clippy -p slidegate --lib $features -- -D warnings
