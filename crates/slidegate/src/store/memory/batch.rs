@@ -91,6 +91,41 @@ pub(crate) fn decide_all(
     now: u64,
     bounds: &Bounds,
 ) -> Result<Vec<Decision>> {
+    let checked = check_all(keys, hits, now, bounds)?;
+    let mut decisions = checked.decisions;
+    if !decisions.iter().all(Decision::allowed) {
+        report_state(keys, hits, &mut decisions, now, bounds);
+        return Ok(decisions);
+    }
+    record_all(keys, hits, &checked.pairs, &checked.asked, now, bounds)?;
+    Ok(decisions)
+}
+
+/// The hits of a batch checked at `now`, nothing recorded yet.
+pub(super) struct Checked<'a> {
+    /// The hits on each (key, rule), to keep their states in place.
+    pub(super) pairs: Pairs<'a>,
+    /// Per hit: the cost it asks with the costs of the earlier hits on
+    /// the same (key, rule) included (0 for a probe).
+    pub(super) asked: Vec<u64>,
+    /// Per hit: what a check at `now` answers.
+    pub(super) decisions: Vec<Decision>,
+}
+
+/// Checks every hit at `now`, the costs of earlier hits on the same
+/// (key, rule) included; a total above the limit is an error.
+///
+/// A consuming hit's state is added before it is checked, even if the
+/// batch is then denied, as the Redis store does: a check may move a
+/// state's clock (a window rolled forward), which later decisions see
+/// when the clock steps back. A state the batch uses is never replaced
+/// to make room for another.
+pub(super) fn check_all<'a>(
+    keys: &mut Locked<'_, '_>,
+    hits: &'a [LockedHit],
+    now: u64,
+    bounds: &Bounds,
+) -> Result<Checked<'a>> {
     let mut pairs = Pairs::new(hits);
     let mut asked = Vec::with_capacity(hits.len());
     for (i, hit) in hits.iter().enumerate() {
@@ -103,45 +138,62 @@ pub(crate) fn decide_all(
         }
         asked.push(if hit.cost == 0 { 0 } else { total });
     }
-    // A consuming hit's state is added before it is checked, even if the
-    // batch is then denied, as the Redis store does: a check may move a
-    // state's clock (a window rolled forward), which later decisions see
-    // when the clock steps back. A state the batch uses is never replaced
-    // to make room for another.
-    let pairs = &pairs;
-    let keep = |key: usize| move |rule: Rule| pairs.contains(key, rule);
     let mut decisions = Vec::with_capacity(hits.len());
     for (hit, &cost) in hits.iter().zip(&asked) {
         let (slot, rules) = keys.get(hit.key);
         decisions.push(if hit.cost > 0 {
-            let mut state = slot.state_or_add(hit.rule, now, bounds, rules, keep(hit.key))?;
+            let keep = |rule: Rule| pairs.contains(hit.key, rule);
+            let mut state = slot.state_or_add(hit.rule, now, bounds, rules, keep)?;
             state.check(hit.rule, now, cost, bounds)
         } else {
             slot.check(hit.rule, now, cost, bounds, rules)
         });
     }
-    if !decisions.iter().all(Decision::allowed) {
-        // Nothing is recorded: the hits that would have passed report the
-        // state as it is.
-        for (hit, decision) in hits.iter().zip(decisions.iter_mut()) {
-            if decision.allowed() && hit.cost > 0 {
-                let (slot, rules) = keys.get(hit.key);
-                *decision = slot.check(hit.rule, now, 0, bounds, rules);
-            }
+    Ok(Checked {
+        pairs,
+        asked,
+        decisions,
+    })
+}
+
+/// A refused batch records nothing: the hits that would have passed
+/// report the state as it is.
+pub(super) fn report_state(
+    keys: &mut Locked<'_, '_>,
+    hits: &[LockedHit],
+    decisions: &mut [Decision],
+    now: u64,
+    bounds: &Bounds,
+) {
+    for (hit, decision) in hits.iter().zip(decisions.iter_mut()) {
+        if decision.allowed() && hit.cost > 0 {
+            let (slot, rules) = keys.get(hit.key);
+            *decision = slot.check(hit.rule, now, 0, bounds, rules);
         }
-        return Ok(decisions);
     }
-    // Room for the whole cost each pair asks: the last hit of a pair asks
-    // the most.
-    for (hit, &total) in hits.iter().zip(&asked) {
+}
+
+/// Records every consuming hit at `at`, after making room for the whole
+/// cost each (key, rule) asks (its last hit asks the most), so that a
+/// batch refused for want of room records nothing.
+pub(super) fn record_all(
+    keys: &mut Locked<'_, '_>,
+    hits: &[LockedHit],
+    pairs: &Pairs<'_>,
+    asked: &[u64],
+    at: u64,
+    bounds: &Bounds,
+) -> Result<()> {
+    for (hit, &total) in hits.iter().zip(asked) {
         if hit.cost > 0 {
             let (slot, rules) = keys.get(hit.key);
-            slot.make_room(hit.rule, now, total, bounds, rules, keep(hit.key))?;
+            let keep = |rule: Rule| pairs.contains(hit.key, rule);
+            slot.make_room(hit.rule, at, total, bounds, rules, keep)?;
         }
     }
     for hit in hits.iter().filter(|h| h.cost > 0) {
         let (slot, rules) = keys.get(hit.key);
-        slot.record(hit.rule, now, hit.cost, bounds, rules);
+        slot.record(hit.rule, at, hit.cost, bounds, rules);
     }
-    Ok(decisions)
+    Ok(())
 }

@@ -10,11 +10,10 @@
 //! it, so waiters are served in the order they reserved and a later
 //! request never passes ahead of one that waits.
 
-use super::batch::{Locked, LockedHit, Pairs};
+use super::batch::{Locked, LockedHit, check_all, record_all, report_state};
 use super::bounds::Bounds;
 use crate::decision::Decision;
-use crate::error::{Error, Result};
-use crate::rate::Rule;
+use crate::error::Result;
 
 /// What a reservation got: one decision per hit, and the wait in µs when
 /// it was granted.
@@ -33,30 +32,8 @@ pub(crate) fn reserve_all(
     max_wait: u64,
     bounds: &Bounds,
 ) -> Result<Reserved> {
-    let mut pairs = Pairs::new(hits);
-    let mut asked = Vec::with_capacity(hits.len());
-    for (i, hit) in hits.iter().enumerate() {
-        let total = pairs.add(i);
-        if total > hit.rule.limit() {
-            return Err(Error::CostExceedsLimit {
-                cost: total,
-                limit: hit.rule.limit(),
-            });
-        }
-        asked.push(if hit.cost == 0 { 0 } else { total });
-    }
-    let pairs = &pairs;
-    let keep = |key: usize| move |rule: Rule| pairs.contains(key, rule);
-    let mut decisions = Vec::with_capacity(hits.len());
-    for (hit, &cost) in hits.iter().zip(&asked) {
-        let (slot, rules) = keys.get(hit.key);
-        decisions.push(if hit.cost > 0 {
-            let mut state = slot.state_or_add(hit.rule, now, bounds, rules, keep(hit.key))?;
-            state.check(hit.rule, now, cost, bounds)
-        } else {
-            slot.check(hit.rule, now, cost, bounds, rules)
-        });
-    }
+    let checked = check_all(keys, hits, now, bounds)?;
+    let mut decisions = checked.decisions;
     let wait = decisions
         .iter()
         .map(|d| d.retry_after_us)
@@ -64,12 +41,7 @@ pub(crate) fn reserve_all(
         .unwrap_or(0);
     let at_once = decisions.iter().all(Decision::allowed);
     if !at_once && wait > max_wait {
-        for (hit, decision) in hits.iter().zip(decisions.iter_mut()) {
-            if decision.allowed() && hit.cost > 0 {
-                let (slot, rules) = keys.get(hit.key);
-                *decision = slot.check(hit.rule, now, 0, bounds, rules);
-            }
-        }
+        report_state(keys, hits, &mut decisions, now, bounds);
         return Ok(Reserved {
             decisions,
             wait: None,
@@ -78,16 +50,7 @@ pub(crate) fn reserve_all(
     // Never a check at the reserved time: it would drop entries that
     // still count at `now`. Recording there drops nothing.
     let at = if at_once { now } else { now + wait };
-    for (hit, &total) in hits.iter().zip(&asked) {
-        if hit.cost > 0 {
-            let (slot, rules) = keys.get(hit.key);
-            slot.make_room(hit.rule, at, total, bounds, rules, keep(hit.key))?;
-        }
-    }
-    for hit in hits.iter().filter(|h| h.cost > 0) {
-        let (slot, rules) = keys.get(hit.key);
-        slot.record(hit.rule, at, hit.cost, bounds, rules);
-    }
+    record_all(keys, hits, &checked.pairs, &checked.asked, at, bounds)?;
     if at_once {
         // Exactly what a plain decision answers.
         return Ok(Reserved {
