@@ -159,7 +159,14 @@ pub(super) async fn decide(inner: &Arc<Inner>, hits: &[Hit<'_>]) -> Result<Vec<D
         let plan = group.plan(&inner.prefix)?;
         // From here on the call may run, even if this future is dropped.
         undo.armed[g] = group.consumes();
-        match inner.run(&plan, Some((Step::Record, &group.journal))).await {
+        match inner
+            .run(
+                &plan,
+                Some((Step::Record, &group.journal)),
+                |plan, reply| plan.decisions(reply),
+            )
+            .await
+        {
             Ok(answers) => {
                 let passed = answers.iter().all(Decision::allowed);
                 place(&mut decisions, group, answers);
@@ -267,7 +274,7 @@ fn spawn_step(
         let plan = group.plan(&inner.prefix)?;
         loop {
             let result = inner
-                .run_unguarded(&plan, Some((step, &group.journal)))
+                .run_unguarded(&plan, Some((step, &group.journal)), |plan, reply| plan.decisions(reply))
                 .await;
             match result {
                 Err(error)

@@ -60,7 +60,6 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use smallvec::SmallVec;
 
 pub use self::builder::RedisStoreBuilder;
 pub use self::coalesce::Coalesce;
@@ -291,18 +290,9 @@ impl Inner {
     }
 
     /// Runs one call of `plan` (all its keys in one slot), through the
-    /// circuit breaker of the node that serves it when there is one.
-    async fn run(
-        &self,
-        plan: &Plan<'_>,
-        step: Option<(Step, &str)>,
-    ) -> Result<SmallVec<[Decision; 1]>> {
-        self.run_parsed(plan, step, |plan, reply| plan.decisions(reply))
-            .await
-    }
-
-    /// [`run`](Self::run), the reply read by `parse`.
-    async fn run_parsed<T>(
+    /// circuit breaker of the node that serves it when there is one; the
+    /// reply is read by `parse` (`Plan::decisions`, `Plan::reservation`).
+    async fn run<T>(
         &self,
         plan: &Plan<'_>,
         step: Option<(Step, &str)>,
@@ -316,7 +306,7 @@ impl Inner {
             Some(node) => gate::enter(node)?,
             None => None,
         };
-        let result = self.run_unguarded_parsed(plan, step, parse).await;
+        let result = self.run_unguarded(plan, step, parse).await;
         gate::settle(permit, &result);
         if let (Err(error), Some(topology)) = (&result, &self.topology)
             && error.is_store_failure()
@@ -332,18 +322,8 @@ impl Inner {
     /// On a cluster the lane is that of the master that serves the slot
     /// (see `topology.rs`); when the slot moved (`MOVED`, `ASK`), or the
     /// map is not known yet, the call goes alone through the cluster
-    /// connection, which follows it.
-    async fn run_unguarded(
-        &self,
-        plan: &Plan<'_>,
-        step: Option<(Step, &str)>,
-    ) -> Result<SmallVec<[Decision; 1]>> {
-        self.run_unguarded_parsed(plan, step, |plan, reply| plan.decisions(reply))
-            .await
-    }
-
-    /// [`run_unguarded`](Self::run_unguarded), the reply read by `parse`.
-    async fn run_unguarded_parsed<T>(
+    /// connection, which follows it. The reply is read by `parse`.
+    async fn run_unguarded<T>(
         &self,
         plan: &Plan<'_>,
         step: Option<(Step, &str)>,
@@ -549,7 +529,10 @@ impl Store for RedisStore {
         validate_key(key)?;
         check_cost(rules, cost)?;
         let plan = Plan::new(&self.inner.prefix, rules.iter().map(|&r| (key, r, cost)))?;
-        let decisions = self.inner.run(&plan, None).await?;
+        let decisions = self
+            .inner
+            .run(&plan, None, |plan, reply| plan.decisions(reply))
+            .await?;
         Decision::combine(&decisions).ok_or(Error::NoRules)
     }
 
@@ -576,7 +559,11 @@ impl Store for RedisStore {
                 return cross_slot::decide(&self.inner, hits).await;
             }
         }
-        Ok(self.inner.run(&plan, None).await?.into_vec())
+        Ok(self
+            .inner
+            .run(&plan, None, |plan, reply| plan.decisions(reply))
+            .await?
+            .into_vec())
     }
 
     /// Reserves `hits` in one script call (see [`Store::reserve_batch`]).
@@ -611,7 +598,7 @@ impl Store for RedisStore {
         .reserving(wait_micros(max_wait));
         let (decisions, wait) = self
             .inner
-            .run_parsed(&plan, None, |plan, reply| plan.reservation(reply))
+            .run(&plan, None, |plan, reply| plan.reservation(reply))
             .await?;
         Ok(BatchReservation::new(decisions.into_vec(), wait))
     }
