@@ -33,30 +33,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  local port
-  for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
-  echo "bench-compare: no free port" >&2
-  exit 1
-}
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "bench-compare: nothing listens on $1" >&2
-  exit 1
-}
-# cpu_ticks PID: utime + stime of the process, in clock ticks.
-cpu_ticks() {
-  awk '{ print $14 + $15 }' "/proc/$1/stat"
-}
+# free_port, wait_port, cpu_ticks.
+# shellcheck source=lib/ports.sh
+source "$(dirname "$0")/lib/ports.sh"
 
 cat >"$WORK/bench.yaml" <<'YAML'
 domain: bench

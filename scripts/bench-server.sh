@@ -64,30 +64,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  local port
-  for _ in $(seq 100); do
-    port=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-      echo "$port"
-      return
-    fi
-  done
-  echo "bench-server: no free port" >&2
-  exit 1
-}
-wait_port() {
-  for _ in $(seq 200); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "bench-server: nothing listens on $1" >&2
-  exit 1
-}
-# cpu_ticks PID: utime + stime of the process, in clock ticks.
-cpu_ticks() {
-  awk '{ print $14 + $15 }' "/proc/$1/stat"
-}
+# free_port, wait_port, cpu_ticks.
+# shellcheck source=scripts/lib/ports.sh
+source scripts/lib/ports.sh  # the working directory is the repository
 median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 range() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk -v f="$1" 'NR == 1 { lo = $1 } { hi = $1 } END { printf f "–" f, lo, hi }'; }
 
