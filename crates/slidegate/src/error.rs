@@ -47,6 +47,20 @@ pub enum Error {
         /// The smallest limit among the rules.
         limit: u64,
     },
+    /// A lockout ([`Rule::block_for`](crate::Rule::block_for)) shorter
+    /// than 1 ms or longer than [`Rate::MAX_WINDOW`](crate::Rate::MAX_WINDOW).
+    #[error("block_for must be between 1ms and {max:?}, got {got:?}")]
+    InvalidBlock {
+        /// The block that was given.
+        got: Duration,
+        /// The longest block slidegate accepts.
+        max: Duration,
+    },
+    /// A reservation (a wait) asked for a rule that
+    /// [reports](crate::Rule::reporting) usage: reported usage has already
+    /// happened and is recorded at once, never waited for.
+    #[error("a rule that reports usage cannot wait: report with max_wait 0")]
+    ReportCannotWait,
     /// A key that is empty, too long, or whose braces do not form a hash tag.
     #[error("invalid key: {0}")]
     InvalidKey(String),

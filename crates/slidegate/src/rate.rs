@@ -167,32 +167,46 @@ fn parse_window_micros(window: &str) -> std::result::Result<u64, &'static str> {
 }
 
 /// A rate together with the algorithm that enforces it: the unit a store
-/// keeps state for. Two rules are the same state only if all three
-/// (limit, window, algorithm) are equal.
+/// keeps state for. Two rules are the same state if their limit, window
+/// and algorithm are equal ([`same_state`](Rule::same_state)); their
+/// options ([`reporting`](Rule::reporting), [`block_for`](Rule::block_for))
+/// say how a hit is counted and what a denial does, not which state it
+/// counts on.
 ///
 /// ```
 /// use slidegate::{Algorithm, Rule};
+/// use std::time::Duration;
 /// let rule = Rule::parse("10/s")?;
 /// assert_eq!(rule.algorithm(), Algorithm::SlidingLog);
 /// let gcra = Rule::parse("10/s")?.with_algorithm(Algorithm::Gcra);
 /// assert_ne!(rule, gcra);
+/// // A login: 5 attempts per 15 minutes, then locked out for an hour.
+/// let login = Rule::parse("5/15m")?.block_for(Duration::from_secs(3600))?;
+/// assert!(login.same_state(&Rule::parse("5/15m")?));
 /// # Ok::<(), slidegate::Error>(())
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rule {
     limit: u64,
     /// The window in µs (below 2^49) shifted left by 2, the algorithm's
-    /// index in the low bits: rules are compared and stored per key on the
-    /// hot path, and 16 bytes keep more keys in cache than 24.
+    /// index in the low bits.
     window_and_algorithm: u64,
+    /// The block (µs) shifted left by 1, the report flag in the low bit.
+    options: u64,
 }
 
 impl std::fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Rule")
-            .field("rate", &self.rate())
-            .field("algorithm", &self.algorithm())
-            .finish()
+        let mut out = f.debug_struct("Rule");
+        out.field("rate", &self.rate())
+            .field("algorithm", &self.algorithm());
+        if self.reports() {
+            out.field("report", &true);
+        }
+        if let Some(block) = self.block() {
+            out.field("block_for", &block);
+        }
+        out.finish()
     }
 }
 
@@ -202,6 +216,7 @@ impl Rule {
         Rule {
             limit: rate.limit,
             window_and_algorithm: rate.window_us << 2,
+            options: 0,
         }
     }
 
@@ -248,6 +263,101 @@ impl Rule {
     pub fn window_micros(&self) -> u64 {
         self.window_and_algorithm >> 2
     }
+
+    /// The same rule that *reports* usage: every hit is recorded, whether
+    /// or not it fits, and answered as usual (denied when the usage, the
+    /// hit included, is over the limit). Later requests are then denied
+    /// until the reported usage slides out of the window. This is how a
+    /// cost known only after the response (tokens, bytes) is counted:
+    /// check with cost 0 before, report the real cost after. A reported
+    /// cost may exceed the limit (up to [`Rate::MAX_LIMIT`]).
+    ///
+    /// ```
+    /// use slidegate::{MemoryStore, Rule};
+    /// let store: MemoryStore = MemoryStore::new();
+    /// let tokens = Rule::parse("100/1m")?;
+    /// assert!(store.acquire("user", &[tokens], 0)?.allowed());            // before the call
+    /// let after = store.acquire("user", &[tokens.reporting()], 150)?;      // its real cost
+    /// assert!(!after.allowed());
+    /// assert!(!store.acquire("user", &[tokens], 0)?.allowed());           // until it leaves the window
+    /// # Ok::<(), slidegate::Error>(())
+    /// ```
+    pub fn reporting(self) -> Rule {
+        Rule {
+            options: self.options | 1,
+            ..self
+        }
+    }
+
+    /// True when the rule [reports](Rule::reporting) usage.
+    #[inline]
+    pub fn reports(&self) -> bool {
+        self.options & 1 == 1
+    }
+
+    /// The same rule with a *lockout*: once a request of this key is
+    /// denied by this rule, every request of the key under it is denied
+    /// until `block` has passed (`retry_after` says when), however little
+    /// it costs and whatever the window says meanwhile. Denials during the
+    /// block do not extend it. `block` runs from 1 ms to
+    /// [`Rate::MAX_WINDOW`]; [`Duration::ZERO`] takes the lockout away.
+    ///
+    /// The block is kept with the rule's state for the key (in Redis, for
+    /// every process that shares it) and is seen by requests whose rule
+    /// has a lockout; [`reset`](crate::Store::reset) lifts it.
+    pub fn block_for(self, block: Duration) -> Result<Rule> {
+        if block.is_zero() {
+            return Ok(Rule {
+                options: self.options & 1,
+                ..self
+            });
+        }
+        if block < Rate::MIN_WINDOW || block > Rate::MAX_WINDOW {
+            return Err(Error::InvalidBlock {
+                got: block,
+                max: Rate::MAX_WINDOW,
+            });
+        }
+        // Checked above: fits in u64 microseconds, below 2^49.
+        let block_us = block.as_micros() as u64;
+        Ok(Rule {
+            options: (block_us << 1) | (self.options & 1),
+            ..self
+        })
+    }
+
+    /// The [lockout](Rule::block_for) that follows a denial, if any.
+    #[inline]
+    pub fn block(&self) -> Option<Duration> {
+        let us = self.block_micros();
+        (us > 0).then(|| Duration::from_micros(us))
+    }
+
+    /// The lockout in microseconds, 0 when none.
+    #[inline]
+    pub fn block_micros(&self) -> u64 {
+        self.options >> 1
+    }
+
+    /// True when the rule reports or locks out.
+    #[inline]
+    pub fn has_options(&self) -> bool {
+        self.options != 0
+    }
+
+    /// The rule without its options: limit, window and algorithm, what
+    /// names its state.
+    #[inline]
+    pub fn without_options(self) -> Rule {
+        Rule { options: 0, ..self }
+    }
+
+    /// True when both rules count on the same state (the same limit,
+    /// window and algorithm, whatever their options).
+    #[inline]
+    pub fn same_state(&self, other: &Rule) -> bool {
+        self.limit == other.limit && self.window_and_algorithm == other.window_and_algorithm
+    }
 }
 
 impl From<Rate> for Rule {
@@ -257,12 +367,26 @@ impl From<Rate> for Rule {
 }
 
 impl fmt::Display for Rule {
-    /// `100/1m` for the sliding log, `100/1m gcra` otherwise.
+    /// `100/1m` for the sliding log, `100/1m gcra` otherwise, followed by
+    /// its options: `5/15m block_for 1h`, `100/1m report`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.algorithm() {
-            Algorithm::SlidingLog => write!(f, "{}", self.rate()),
-            other => write!(f, "{} {}", self.rate(), other),
+        write!(f, "{}", self.rate())?;
+        if self.algorithm() != Algorithm::SlidingLog {
+            write!(f, " {}", self.algorithm())?;
         }
+        if self.reports() {
+            f.write_str(" report")?;
+        }
+        if self.block_micros() > 0 {
+            // The window format writes a duration in its shortest unit.
+            let block = Rate {
+                limit: 1,
+                window_us: self.block_micros(),
+            }
+            .to_string();
+            write!(f, " block_for {}", block.trim_start_matches("1/"))?;
+        }
+        Ok(())
     }
 }
 
@@ -356,5 +480,33 @@ mod tests {
             rule.with_algorithm(Algorithm::Gcra).to_string(),
             "10/1s gcra"
         );
+    }
+
+    #[test]
+    fn options_leave_the_state_alone_and_are_bounded() {
+        let rule = Rule::parse("5/15m").unwrap();
+        let login = rule.block_for(Duration::from_secs(3600)).unwrap();
+        assert_eq!(login.block(), Some(Duration::from_secs(3600)));
+        assert!(!login.reports());
+        assert_ne!(login, rule);
+        assert!(login.same_state(&rule));
+        assert_eq!(login.without_options(), rule);
+        let both = login.reporting();
+        assert!(both.reports() && both.block().is_some());
+        assert_eq!(both.to_string(), "5/15m report block_for 1h");
+        assert_eq!(
+            both.block_for(Duration::ZERO).unwrap(),
+            rule.reporting(),
+            "a zero block takes the lockout away"
+        );
+        assert!(matches!(
+            rule.block_for(Duration::from_micros(999)),
+            Err(Error::InvalidBlock { .. })
+        ));
+        assert!(rule.block_for(Rate::MAX_WINDOW).is_ok());
+        assert!(matches!(
+            rule.block_for(Rate::MAX_WINDOW + Duration::from_secs(1)),
+            Err(Error::InvalidBlock { .. })
+        ));
     }
 }

@@ -59,6 +59,13 @@ impl Meter for FixedWindow {
     fn is_idle(&self, rate: Rate, now: u64) -> bool {
         self.count == 0 || now >= self.start + rate.window_micros()
     }
+
+    /// The count stops at the limit: nothing passes in this window either
+    /// way, and the next window starts from zero.
+    fn report(&mut self, rate: Rate, now: u64, cost: u64) {
+        self.roll(rate.window_micros(), now);
+        self.count = self.count.saturating_add(cost).min(rate.limit());
+    }
 }
 
 /// The answer to a request that would fit a window that has not begun and

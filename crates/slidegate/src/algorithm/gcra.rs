@@ -83,7 +83,21 @@ impl Meter for Gcra {
     fn is_idle(&self, rate: Rate, now: u64) -> bool {
         self.tat_scaled() <= now as u128 * rate.limit() as u128
     }
+
+    /// The TAT moves as for an admission, but stops at
+    /// [`Rate::MAX_WINDOW`] past the window: a report never holds a key
+    /// for more than ten years.
+    fn report(&mut self, rate: Rate, now: u64, cost: u64) {
+        let limit = rate.limit() as u128;
+        let now_scaled = now as u128 * limit;
+        let tat = self.tat_scaled().max(now_scaled) + cost as u128 * rate.window_micros() as u128;
+        let horizon = (now as u128 + rate.window_micros() as u128 + REPORT_HORIZON as u128) * limit;
+        self.set_tat_scaled(tat.min(horizon));
+    }
 }
+
+/// How far past the window a report may move the TAT (µs): [`Rate::MAX_WINDOW`].
+pub(crate) const REPORT_HORIZON: u64 = 10 * 365 * 86_400 * 1_000_000;
 
 fn ceil_div(scaled: u128, limit: u64) -> u64 {
     u64::try_from(scaled.div_ceil(limit as u128)).unwrap_or(u64::MAX)

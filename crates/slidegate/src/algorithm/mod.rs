@@ -45,6 +45,13 @@ pub trait Meter: Default {
     /// later time: a store may then drop it without changing any answer.
     fn is_idle(&self, rate: Rate, now: u64) -> bool;
 
+    /// Records `cost` at `now` whatever the usage (a rule that
+    /// [reports](crate::Rule::reporting)): usage may go over the limit,
+    /// and nothing passes until it is back under. What is kept of usage
+    /// over the limit is bounded (see each algorithm) so that a reporting
+    /// client cannot grow a state without end.
+    fn report(&mut self, rate: Rate, now: u64, cost: u64);
+
     /// Check, then record if allowed: one rule's whole decision.
     fn decide(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
         let decision = self.check(rate, now, cost);
@@ -169,6 +176,12 @@ impl State {
         dispatch!(self, m => m.is_idle(rate, now))
     }
 
+    /// [`Meter::report`] of the algorithm inside.
+    #[inline]
+    pub fn report(&mut self, rate: Rate, now: u64, cost: u64) {
+        dispatch!(self, m => m.report(rate, now, cost))
+    }
+
     /// [`Meter::decide`] of the algorithm inside.
     #[inline]
     pub fn decide(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
@@ -200,6 +213,52 @@ impl State {
             log.grow_for_record();
         }
     }
+}
+
+/// The answer to a hit whose key is locked out under its rule until
+/// `blocked_until` ([`Rule::block_for`](crate::Rule::block_for)), given
+/// what the algorithm answers: denied until the later of the block's end
+/// and the time the algorithm says, nothing remaining. Unchanged when the
+/// block has ended (or there is none: 0).
+pub(crate) fn blocked(decision: Decision, blocked_until: u64, now: u64) -> Decision {
+    if blocked_until <= now {
+        return decision;
+    }
+    let rest = blocked_until - now;
+    let retry = if decision.allowed {
+        rest
+    } else {
+        decision.retry_after_us.max(rest)
+    };
+    Decision::from_parts(
+        false,
+        decision.limit,
+        0,
+        retry,
+        decision.reset_after_us.max(rest),
+    )
+}
+
+/// The answer to a reporting hit of a batch that was denied, once its
+/// cost is recorded: `before` is what it got before ([`check_with_options`]),
+/// `probe` a check of cost 0 after recording. Still denied if it was, with
+/// the state as the report left it: when the next request may pass.
+pub(crate) fn reported(before: Decision, probe: Decision) -> Decision {
+    if before.allowed {
+        return probe;
+    }
+    let retry = if probe.allowed {
+        0
+    } else {
+        probe.retry_after_us
+    };
+    Decision::from_parts(
+        false,
+        probe.limit,
+        probe.remaining,
+        retry,
+        probe.reset_after_us,
+    )
 }
 
 /// `deadline - now`, or 0 when the deadline has passed.

@@ -106,6 +106,14 @@ impl Meter for SlidingCounter {
         self.current += cost;
     }
 
+    /// The count stops at [`Rate::MAX_LIMIT`]: unlike a log's, a
+    /// counter's usage over the limit still matters in the next window,
+    /// where it is weighted.
+    fn report(&mut self, rate: Rate, now: u64, cost: u64) {
+        self.roll(rate.window_micros(), now);
+        self.current = self.current.saturating_add(cost).min(Rate::MAX_LIMIT);
+    }
+
     fn is_idle(&self, rate: Rate, now: u64) -> bool {
         let window = rate.window_micros();
         match self.reset_deadline(window) {

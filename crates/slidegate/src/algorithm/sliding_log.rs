@@ -241,6 +241,34 @@ impl Meter for SlidingLog {
     fn is_idle(&self, rate: Rate, now: u64) -> bool {
         is_idle(self, rate, now)
     }
+
+    /// Records `cost` as an admission, then keeps only the newest `L`
+    /// units: the oldest usage over the limit is dropped. That changes no
+    /// answer: while the newest `L` units are inside the window nothing
+    /// passes, with or without what came before them, and older units
+    /// leave the window first. So a log never holds more than `L` units,
+    /// reported or not.
+    fn report(&mut self, rate: Rate, now: u64, cost: u64) {
+        let (limit, window) = (rate.limit(), rate.window_micros());
+        if !self.holds_nothing() && expired(self.oldest_at, window, now) {
+            self.drop_expired(window, now);
+        }
+        record(self, now, cost.min(limit));
+        let usage = self.newest_total - self.dropped_total;
+        if usage > limit {
+            self.dropped_total += usage - limit;
+            while self
+                .entries
+                .front()
+                .is_some_and(|oldest| oldest.total <= self.dropped_total)
+            {
+                self.entries.pop_front();
+            }
+            if let Some(oldest) = self.entries.front() {
+                self.oldest_at = oldest.at;
+            }
+        }
+    }
 }
 
 /// Where a sliding log keeps its entries: what the algorithm ([`check`],
@@ -411,6 +439,26 @@ mod tests {
         assert!(!denied.allowed(), "exactly W old still counts");
         assert_eq!(denied.retry_after(), Duration::from_micros(1));
         assert!(log.decide(r, 1_000_001, 1).allowed());
+    }
+
+    #[test]
+    fn a_report_over_the_limit_keeps_the_newest_limit_units() {
+        let r = rate(100, 60_000);
+        let mut log = SlidingLog::default();
+        assert!(log.decide(r, 0, 60).allowed());
+        log.report(r, 10_000_000, 80);
+        assert_eq!(
+            log.entries().collect::<Vec<_>>(),
+            vec![(0, 20), (10_000_000, 80)],
+            "40 of the oldest 60 are past the limit"
+        );
+        let d = log.check(r, 20_000_000, 1);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Duration::from_micros(40_000_001));
+        let d = log.check(r, 20_000_000, 30);
+        assert_eq!(d.retry_after(), Duration::from_micros(50_000_001));
+        log.report(r, 30_000_000, 1_000);
+        assert_eq!(log.entries().collect::<Vec<_>>(), vec![(30_000_000, 100)]);
     }
 
     #[test]

@@ -45,7 +45,8 @@ use self::reserve::{Reserved, reserve_all};
 use self::rules::{MAX_RULES, RuleTable};
 use self::slot::{Slot, key_bytes};
 use super::reserve::{BatchReservation, Reservation, wait_micros};
-use super::{Hit, Store, check_cost, validate_key};
+use super::{Hit, Store, check_cost, check_waits, validate_key};
+use crate::algorithm::blocked;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
@@ -223,7 +224,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// (sliding-log rings and buffers by capacity, the box of a key with
     /// several rules). Not counted: the hash table's spare room (up to as
     /// much again as the entries, right after it grows), the rules each
-    /// shard's slots refer to (at most 128 of 16 bytes per shard) and the
+    /// shard's slots refer to (at most 128 of 24 bytes per shard) and the
     /// allocator's own overhead, so the process' memory can exceed the
     /// bound by a margin; what callers control (how many keys, rules, and
     /// admissions inside a window) cannot grow past it.
@@ -473,11 +474,7 @@ where
                 let locked: Vec<LockedHit> = hits
                     .iter()
                     .zip(&index.key_of)
-                    .map(|(hit, &distinct)| LockedHit {
-                        key: distinct,
-                        rule: hit.rule,
-                        cost: hit.cost,
-                    })
+                    .map(|(hit, &distinct)| LockedHit::new(distinct, hit.rule, hit.cost))
                     .collect();
                 let mut tables: Vec<&mut RuleTable> =
                     guards.iter_mut().map(|shard| &mut shard.rules).collect();
@@ -562,6 +559,11 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         check_cost(rules, cost)?;
+        if rules.iter().any(Rule::has_options) {
+            let hits: Vec<Hit<'_, Q>> = rules.iter().map(|&rule| Hit { key, rule, cost }).collect();
+            let decisions = self.decide_hits(&hits)?;
+            return Decision::combine(&decisions).ok_or(Error::NoRules);
+        }
         let inner = &*self.inner;
         match inner.acquire(key, rules, cost) {
             Err(full @ Error::StoreFull { .. }) => {
@@ -601,7 +603,18 @@ where
         };
         let decisions: Vec<Decision> = rules
             .iter()
-            .map(|&rule| slot.check(rule, now, cost, &inner.bounds, held))
+            .map(|&rule| {
+                let state = rule.without_options();
+                let mut decision =
+                    slot.check(state, now, cost.min(rule.limit()), &inner.bounds, held);
+                if cost > rule.limit() {
+                    decision.allowed = false;
+                }
+                if rule.block_micros() > 0 {
+                    decision = blocked(decision, slot.blocked_until(state), now);
+                }
+                decision
+            })
             .collect();
         Decision::combine(&decisions).ok_or(Error::NoRules)
     }
@@ -620,6 +633,14 @@ where
         for hit in hits {
             check_cost(&[hit.rule], hit.cost)?;
         }
+        self.decide_hits(hits)
+    }
+
+    fn decide_hits<Q>(&self, hits: &[Hit<'_, Q>]) -> Result<Vec<Decision>>
+    where
+        K: Borrow<Q>,
+        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+    {
         let inner = &*self.inner;
         let index = BatchKeys::new(hits);
         match inner.acquire_batch(hits, &index, decide_all) {
@@ -668,6 +689,7 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         check_cost(rules, cost)?;
+        check_waits(rules.iter().copied())?;
         let hits: Vec<Hit<'_, Q>> = rules.iter().map(|&rule| Hit { key, rule, cost }).collect();
         let reserved = self.reserve_hits(&hits, max_wait)?;
         let decision = Decision::combine(&reserved.decisions).ok_or(Error::NoRules)?;
@@ -692,6 +714,7 @@ where
         for hit in hits {
             check_cost(&[hit.rule], hit.cost)?;
         }
+        check_waits(hits.iter().map(|hit| hit.rule))?;
         let reserved = self.reserve_hits(hits, max_wait)?;
         Ok(BatchReservation::new(reserved.decisions, reserved.wait))
     }
@@ -771,7 +794,9 @@ where
         let hash = inner.map.hash(key);
         let mut shard = inner.map.lock(inner.map.shard_of(hash));
         let Shard { table, rules } = &mut *shard;
-        Map::find(table, hash, key)?.slot.admissions(rule, rules)
+        Map::find(table, hash, key)?
+            .slot
+            .admissions(rule.without_options(), rules)
     }
 
     /// Counts what the store holds. Walks every key: for tests and
@@ -807,7 +832,7 @@ fn decide_key(
     }
     let hits: Vec<LockedHit> = rules
         .iter()
-        .map(|&rule| LockedHit { key: 0, rule, cost })
+        .map(|&rule| LockedHit::new(0, rule, cost))
         .collect();
     let mut keys = Locked {
         slots: std::slice::from_mut(slot),

@@ -223,10 +223,30 @@ impl<S: Store> Store for std::sync::Arc<S> {
 }
 
 /// Checks that `cost` can ever pass every rule, and that there is a rule.
+/// A rule that [reports](Rule::reporting) takes any cost up to
+/// [`Rate::MAX_LIMIT`](crate::Rate::MAX_LIMIT): reported usage may exceed
+/// the limit.
 pub(crate) fn check_cost(rules: &[Rule], cost: u64) -> Result<()> {
-    let limit = rules.iter().map(Rule::limit).min().ok_or(Error::NoRules)?;
-    if cost > limit {
-        return Err(Error::CostExceedsLimit { cost, limit });
+    if rules.is_empty() {
+        return Err(Error::NoRules);
+    }
+    for rule in rules {
+        let limit = if rule.reports() {
+            crate::Rate::MAX_LIMIT
+        } else {
+            rule.limit()
+        };
+        if cost > limit {
+            return Err(Error::CostExceedsLimit { cost, limit });
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a reservation of a rule that reports usage.
+pub(crate) fn check_waits(rules: impl IntoIterator<Item = Rule>) -> Result<()> {
+    if rules.into_iter().any(|rule| rule.reports()) {
+        return Err(Error::ReportCannotWait);
     }
     Ok(())
 }
@@ -244,5 +264,14 @@ mod tests {
             Err(Error::CostExceedsLimit { cost: 4, limit: 3 })
         );
         assert_eq!(check_cost(&[], 1), Err(Error::NoRules));
+        let reporting = [Rule::parse("100/1m").unwrap().reporting()];
+        assert!(
+            check_cost(&reporting, 150).is_ok(),
+            "usage may exceed the limit"
+        );
+        assert!(matches!(
+            check_cost(&reporting, crate::Rate::MAX_LIMIT + 1),
+            Err(Error::CostExceedsLimit { .. })
+        ));
     }
 }

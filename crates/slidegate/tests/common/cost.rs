@@ -10,6 +10,9 @@ pub enum Cost {
     Limit,
     AboveLimit,
     Fraction(u8),
+    /// A multiple of the limit: more than any request may ask, what a
+    /// report of usage may record.
+    Multiple(u8),
 }
 
 impl Cost {
@@ -19,6 +22,7 @@ impl Cost {
             Cost::Limit => limit,
             Cost::AboveLimit => limit + 1,
             Cost::Fraction(f) => (limit * f as u64 / 255).max(1),
+            Cost::Multiple(m) => limit * m as u64,
         }
     }
 }

@@ -141,15 +141,29 @@ impl Model<'_> {
     }
 }
 
-/// The reference store: admissions per (key, rule).
+/// The reference store: admissions per (key, rule), every reported cost
+/// kept as it was reported, and lockouts per (key, rule): when they end.
+/// Rules are keyed without their options.
 #[derive(Default, Clone)]
 pub struct Reference {
     logs: HashMap<(String, Rule), Admissions>,
+    blocks: HashMap<(String, Rule), u64>,
+}
+
+/// The largest cost a hit may ask: its limit, or for a rule that reports,
+/// the largest limit.
+fn max_cost(rule: &Rule) -> u64 {
+    if rule.reports() {
+        slidegate::Rate::MAX_LIMIT
+    } else {
+        rule.limit()
+    }
 }
 
 impl Reference {
     pub fn reset(&mut self, key: &str) {
         self.logs.retain(|(k, _), _| k != key);
+        self.blocks.retain(|(k, _), _| k != key);
     }
 
     /// Same contract as `Store::acquire`.
@@ -160,13 +174,16 @@ impl Reference {
         rules: &[Rule],
         cost: u64,
     ) -> Result<Decision, Error> {
-        let limit = rules
-            .iter()
-            .map(|r| r.limit())
-            .min()
-            .ok_or(Error::NoRules)?;
-        if cost > limit {
-            return Err(Error::CostExceedsLimit { cost, limit });
+        if rules.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for rule in rules {
+            if cost > max_cost(rule) {
+                return Err(Error::CostExceedsLimit {
+                    cost,
+                    limit: max_cost(rule),
+                });
+            }
         }
         let hits: Vec<(String, Rule, u64)> =
             rules.iter().map(|r| (key.to_owned(), *r, cost)).collect();
@@ -184,13 +201,19 @@ impl Reference {
         cost: u64,
         max_wait: u64,
     ) -> Result<(Decision, Option<u64>), Error> {
-        let limit = rules
-            .iter()
-            .map(|r| r.limit())
-            .min()
-            .ok_or(Error::NoRules)?;
-        if cost > limit {
-            return Err(Error::CostExceedsLimit { cost, limit });
+        if rules.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for rule in rules {
+            if cost > max_cost(rule) {
+                return Err(Error::CostExceedsLimit {
+                    cost,
+                    limit: max_cost(rule),
+                });
+            }
+        }
+        if rules.iter().any(Rule::reports) {
+            return Err(Error::ReportCannotWait);
         }
         let hits: Vec<(String, Rule, u64)> =
             rules.iter().map(|r| (key.to_owned(), *r, cost)).collect();
@@ -205,9 +228,7 @@ impl Reference {
         max_wait: u64,
     ) -> Result<(Vec<Decision>, Option<u64>), Error> {
         // What a plain batch would say at `now`, recording nothing.
-        let mut copy = Reference {
-            logs: self.logs.clone(),
-        };
+        let mut copy = self.clone();
         let probes: Vec<(String, Rule, u64)> =
             hits.iter().map(|(k, r, c)| (k.clone(), *r, *c)).collect();
         let plain = copy.batch_unchecked(now, &probes)?;
@@ -221,10 +242,16 @@ impl Reference {
             .max()
             .unwrap_or(0);
         if wait > max_wait {
+            // A refusal is a denial: it starts lockouts (and, refused,
+            // records nothing else).
+            *self = copy;
             return Ok((plain, None));
         }
         for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0) {
-            let log = self.logs.entry((key.clone(), *rule)).or_default();
+            let log = self
+                .logs
+                .entry((key.clone(), rule.without_options()))
+                .or_default();
             let at = (now + wait).max(log.last().unwrap_or(0));
             log.0.push((at, *cost));
         }
@@ -232,7 +259,10 @@ impl Reference {
         let decisions = hits
             .iter()
             .map(|(k, r, _)| {
-                let log = self.logs.get(&(k.clone(), *r)).unwrap_or(&empty);
+                let log = self
+                    .logs
+                    .get(&(k.clone(), r.without_options()))
+                    .unwrap_or(&empty);
                 let d = decide_one(Model { rule: *r, log }, now, 0);
                 Decision::from_parts(
                     true,
@@ -256,16 +286,28 @@ impl Reference {
             return Err(Error::NoRules);
         }
         for (_, rule, cost) in hits {
-            if *cost > rule.limit() {
+            if *cost > max_cost(rule) {
                 return Err(Error::CostExceedsLimit {
                     cost: *cost,
-                    limit: rule.limit(),
+                    limit: max_cost(rule),
                 });
             }
         }
         self.batch_unchecked(now, hits)
     }
 
+    /// A batch, all-or-nothing, with options:
+    ///
+    /// - a hit whose rule has a lockout and whose key is locked out under
+    ///   it is denied until the block ends (or later, if its rule says
+    ///   so), nothing remaining;
+    /// - a hit that reports asking more than its limit is denied;
+    /// - when every hit passes, every consuming hit is recorded;
+    /// - otherwise the reporting hits are recorded all the same, and each
+    ///   consuming hit that its own rule denied starts its rule's lockout,
+    ///   unless one runs; the hits that would have passed answer the state
+    ///   (a probe) after that, and the denied reporting ones the probe's
+    ///   remaining, retry and reset, still denied.
     fn batch_unchecked(
         &mut self,
         now: u64,
@@ -275,10 +317,10 @@ impl Reference {
         for (i, (key, rule, cost)) in hits.iter().enumerate() {
             let before: u64 = hits[..i]
                 .iter()
-                .filter(|(k, r, _)| k == key && r == rule)
+                .filter(|(k, r, _)| k == key && r.same_state(rule))
                 .map(|(_, _, c)| c)
                 .sum();
-            if before + cost > rule.limit() {
+            if before + cost > rule.limit() && !rule.reports() {
                 return Err(Error::CostExceedsLimit {
                     cost: before + cost,
                     limit: rule.limit(),
@@ -289,34 +331,105 @@ impl Reference {
         let empty = Admissions::default();
         let decide =
             |key: &String, rule: &Rule, cost: u64, logs: &HashMap<(String, Rule), Admissions>| {
-                let log = logs.get(&(key.clone(), *rule)).unwrap_or(&empty);
+                let log = logs
+                    .get(&(key.clone(), rule.without_options()))
+                    .unwrap_or(&empty);
                 decide_one(Model { rule: *rule, log }, now, cost)
             };
         let decisions: Vec<Decision> = hits
             .iter()
             .zip(&asked)
-            .map(|((k, r, _), &c)| decide(k, r, c, &self.logs))
+            .map(|((k, r, _), &c)| {
+                let d = decide(k, r, c.min(r.limit()), &self.logs);
+                let d = if c > r.limit() {
+                    Decision::from_parts(
+                        false,
+                        d.limit(),
+                        d.remaining(),
+                        d.retry_after().as_micros() as u64,
+                        d.reset_after().as_micros() as u64,
+                    )
+                } else {
+                    d
+                };
+                let block_end = self
+                    .blocks
+                    .get(&(k.clone(), r.without_options()))
+                    .copied()
+                    .unwrap_or(0);
+                if r.block().is_some() && block_end > now {
+                    let rest = block_end - now;
+                    let retry = if d.allowed() {
+                        rest
+                    } else {
+                        rest.max(d.retry_after().as_micros() as u64)
+                    };
+                    let reset = rest.max(d.reset_after().as_micros() as u64);
+                    Decision::from_parts(false, d.limit(), 0, retry, reset)
+                } else {
+                    d
+                }
+            })
             .collect();
+        let record =
+            |logs: &mut HashMap<(String, Rule), Admissions>, key: &String, rule: &Rule, cost| {
+                let log = logs
+                    .entry((key.clone(), rule.without_options()))
+                    .or_default();
+                let t = now.max(log.last().unwrap_or(0));
+                log.0.push((t, cost));
+            };
         if decisions.iter().all(|d| d.allowed()) {
             for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0) {
-                let log = self.logs.entry((key.clone(), *rule)).or_default();
-                let t = now.max(log.last().unwrap_or(0));
-                log.0.push((t, *cost));
+                record(&mut self.logs, key, rule, *cost);
             }
-            Ok(decisions)
-        } else {
-            Ok(hits
-                .iter()
-                .zip(decisions)
-                .map(|((k, r, c), d)| {
-                    if d.allowed() && *c > 0 {
-                        decide(k, r, 0, &self.logs)
-                    } else {
-                        d
-                    }
-                })
-                .collect())
+            return Ok(decisions);
         }
+        for ((key, rule, cost), d) in hits.iter().zip(&decisions) {
+            if *cost == 0 || d.allowed() {
+                continue;
+            }
+            if let Some(block) = rule.block() {
+                let held = self
+                    .blocks
+                    .entry((key.clone(), rule.without_options()))
+                    .or_insert(0);
+                if *held <= now {
+                    *held = now + block.as_micros() as u64;
+                }
+            }
+        }
+        for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0 && h.1.reports()) {
+            record(&mut self.logs, key, rule, *cost);
+        }
+        Ok(hits
+            .iter()
+            .zip(decisions)
+            .map(|((k, r, c), d)| {
+                if *c == 0 {
+                    return d;
+                }
+                if d.allowed() {
+                    return decide(k, r, 0, &self.logs);
+                }
+                if !r.reports() {
+                    return d;
+                }
+                let probe = decide(k, r, 0, &self.logs);
+                let retry = if probe.allowed() {
+                    0
+                } else {
+                    probe.retry_after().as_micros() as u64
+                };
+                Decision::from_parts(
+                    false,
+                    probe.limit(),
+                    probe.remaining(),
+                    retry,
+                    probe.reset_after().as_micros() as u64,
+                )
+            })
+            .collect())
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use super::bounds::Bounds;
 use super::rules::RuleTable;
 use super::slot::Slot;
+use crate::algorithm::{blocked, reported};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
@@ -14,8 +15,30 @@ use crate::rate::Rule;
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct LockedHit {
     pub(crate) key: usize,
+    /// The rule without its options: what names the state.
     pub(crate) rule: Rule,
     pub(crate) cost: u64,
+    /// The rule [reports](Rule::reporting): recorded whatever the usage.
+    pub(crate) report: bool,
+    /// The rule's lockout (µs), 0 when none.
+    pub(crate) block_us: u64,
+}
+
+impl LockedHit {
+    /// The hit of `rule` (options and all) on the key at index `key`.
+    pub(crate) fn new(key: usize, rule: Rule, cost: u64) -> LockedHit {
+        LockedHit {
+            key,
+            rule: rule.without_options(),
+            cost,
+            report: rule.reports(),
+            block_us: rule.block_micros(),
+        }
+    }
+
+    fn has_options(&self) -> bool {
+        self.report || self.block_us > 0
+    }
 }
 
 /// Batches up to this many hits are indexed by scanning them: cheaper
@@ -94,11 +117,76 @@ pub(crate) fn decide_all(
     let checked = check_all(keys, hits, now, bounds)?;
     let mut decisions = checked.decisions;
     if !decisions.iter().all(Decision::allowed) {
+        if hits.iter().any(LockedHit::has_options) {
+            let before = decisions.clone();
+            start_blocks(keys, hits, &before, now, bounds)?;
+            record_reports(keys, hits, &checked.pairs, now, bounds)?;
+            report_state(keys, hits, &mut decisions, now, bounds);
+            for ((hit, decision), before) in hits.iter().zip(&mut decisions).zip(before) {
+                if hit.report && hit.cost > 0 && !before.allowed() {
+                    let (slot, rules) = keys.get(hit.key);
+                    let probe = slot.check(hit.rule, now, 0, bounds, rules);
+                    *decision = reported(before, probe);
+                }
+            }
+            return Ok(decisions);
+        }
         report_state(keys, hits, &mut decisions, now, bounds);
         return Ok(decisions);
     }
     record_all(keys, hits, &checked.pairs, &checked.asked, now, bounds)?;
     Ok(decisions)
+}
+
+/// Locks out, until its block ends, every key whose rule has a lockout
+/// and denied its own consuming hit (`before`), unless already locked
+/// out: a block is never extended by the denials it causes.
+pub(super) fn start_blocks(
+    keys: &mut Locked<'_, '_>,
+    hits: &[LockedHit],
+    before: &[Decision],
+    now: u64,
+    bounds: &Bounds,
+) -> Result<()> {
+    for (hit, before) in hits.iter().zip(before) {
+        if hit.block_us == 0 || hit.cost == 0 || before.allowed() {
+            continue;
+        }
+        let (slot, rules) = keys.get(hit.key);
+        if slot.blocked_until(hit.rule) <= now {
+            slot.start_block(hit.rule, now + hit.block_us, now, bounds, rules)?;
+        }
+    }
+    Ok(())
+}
+
+/// Records the reporting hits of a refused batch, whose usage happened
+/// whatever the answer; room for all of them is made first.
+fn record_reports(
+    keys: &mut Locked<'_, '_>,
+    hits: &[LockedHit],
+    pairs: &Pairs<'_>,
+    now: u64,
+    bounds: &Bounds,
+) -> Result<()> {
+    let reports = || hits.iter().filter(|h| h.report && h.cost > 0);
+    for hit in reports() {
+        let (slot, rules) = keys.get(hit.key);
+        let keep = |rule: Rule| pairs.contains(hit.key, rule);
+        slot.make_room(
+            hit.rule,
+            now,
+            hit.cost.min(hit.rule.limit()),
+            bounds,
+            rules,
+            keep,
+        )?;
+    }
+    for hit in reports() {
+        let (slot, rules) = keys.get(hit.key);
+        slot.report(hit.rule, now, hit.cost, bounds, rules);
+    }
+    Ok(())
 }
 
 /// The hits of a batch checked at `now`, nothing recorded yet.
@@ -130,7 +218,9 @@ pub(super) fn check_all<'a>(
     let mut asked = Vec::with_capacity(hits.len());
     for (i, hit) in hits.iter().enumerate() {
         let total = pairs.add(i);
-        if total > hit.rule.limit() {
+        // A report may exceed the limit (checked against the largest
+        // limit at the store's door).
+        if total > hit.rule.limit() && !hit.report {
             return Err(Error::CostExceedsLimit {
                 cost: total,
                 limit: hit.rule.limit(),
@@ -139,15 +229,27 @@ pub(super) fn check_all<'a>(
         asked.push(if hit.cost == 0 { 0 } else { total });
     }
     let mut decisions = Vec::with_capacity(hits.len());
-    for (hit, &cost) in hits.iter().zip(&asked) {
+    for (hit, &total) in hits.iter().zip(&asked) {
         let (slot, rules) = keys.get(hit.key);
-        decisions.push(if hit.cost > 0 {
+        if hit.has_options() && hit.cost > 0 {
+            slot.box_all(bounds, rules)?;
+        }
+        // More than the limit never fits (and is not what a check asks).
+        let cost = total.min(hit.rule.limit());
+        let mut decision = if hit.cost > 0 {
             let keep = |rule: Rule| pairs.contains(hit.key, rule);
             let mut state = slot.state_or_add(hit.rule, now, bounds, rules, keep)?;
             state.check(hit.rule, now, cost, bounds)
         } else {
             slot.check(hit.rule, now, cost, bounds, rules)
-        });
+        };
+        if total > hit.rule.limit() {
+            decision.allowed = false;
+        }
+        if hit.block_us > 0 {
+            decision = blocked(decision, slot.blocked_until(hit.rule), now);
+        }
+        decisions.push(decision);
     }
     Ok(Checked {
         pairs,

@@ -10,7 +10,7 @@
 //! it, so waiters are served in the order they reserved and a later
 //! request never passes ahead of one that waits.
 
-use super::batch::{Locked, LockedHit, check_all, record_all, report_state};
+use super::batch::{Locked, LockedHit, check_all, record_all, report_state, start_blocks};
 use super::bounds::Bounds;
 use crate::decision::Decision;
 use crate::error::Result;
@@ -41,6 +41,9 @@ pub(crate) fn reserve_all(
         .unwrap_or(0);
     let at_once = decisions.iter().all(Decision::allowed);
     if !at_once && wait > max_wait {
+        // Refused: a denial like any other, which starts the lockouts of
+        // the rules that denied.
+        start_blocks(keys, hits, &decisions, now, bounds)?;
         report_state(keys, hits, &mut decisions, now, bounds);
         return Ok(Reserved {
             decisions,

@@ -1,5 +1,5 @@
 //! The rules a shard's slots refer to: a slot keeps a 2-byte index into
-//! its shard's table instead of a 16-byte copy of its rule, which leaves
+//! its shard's table instead of a 24-byte copy of its rule, which leaves
 //! room in its cache line for the log itself.
 //!
 //! The table lives under the shard's lock, as the slots do, so reading it
@@ -14,7 +14,7 @@ pub(crate) type RuleId = u16;
 
 /// The most rules one shard's table holds: a caller that makes up new
 /// rules (an API taking a limit and a window) cannot make it grow beyond
-/// 128 × 16 bytes per shard.
+/// 128 × 24 bytes per shard.
 pub(crate) const MAX_RULES: usize = 128;
 
 /// Rules kept in the table itself, in the shard's own cache lines next to

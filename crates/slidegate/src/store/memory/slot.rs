@@ -407,6 +407,64 @@ impl Slot {
         Ok(Slot::Many(Box::new(KeyStates::with(first, key_bytes, 1))))
     }
 
+    /// Makes the slot one of several rules (its state, if any, kept): the
+    /// form that keeps lockouts and takes reports, which rules with
+    /// options use.
+    pub(crate) fn box_all(&mut self, bounds: &Bounds, rules: &RuleTable) -> Result<()> {
+        match self {
+            Slot::Many(_) => Ok(()),
+            Slot::Empty { key_bytes } => {
+                let capacity = bounds.max_rules().min(4);
+                bounds.try_charge(KeyStates::bytes_for(capacity))?;
+                *self = Slot::Many(Box::new(KeyStates::empty(*key_bytes, capacity)));
+                Ok(())
+            }
+            _ => self.box_states(bounds, rules),
+        }
+    }
+
+    /// When the key's lockout under `rule` ends (0 when there is none).
+    pub(crate) fn blocked_until(&self, rule: Rule) -> u64 {
+        match self {
+            Slot::Many(states) => states.blocked_until(rule),
+            _ => 0,
+        }
+    }
+
+    /// Locks the key out under `rule` until `until`.
+    pub(crate) fn start_block(
+        &mut self,
+        rule: Rule,
+        until: u64,
+        now: u64,
+        bounds: &Bounds,
+        rules: &RuleTable,
+    ) -> Result<()> {
+        self.box_all(bounds, rules)?;
+        match self {
+            Slot::Many(states) => states.block(rule, until, now, bounds),
+            _ => unreachable!("the slot was just boxed"),
+        }
+    }
+
+    /// Records a report of `cost` under `rule` (whatever the usage) in a
+    /// slot that [`make_room`](Self::make_room) made room in after
+    /// [`box_all`](Self::box_all).
+    pub(crate) fn report(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        cost: u64,
+        bounds: &Bounds,
+        rules: &RuleTable,
+    ) {
+        if let Some(StateMut::Boxed(state)) = self.state_mut(rule, rules) {
+            let before = state.heap_bytes();
+            state.report(rule.rate(), now, cost);
+            bounds.settle(before, 0, state.heap_bytes());
+        }
+    }
+
     /// Turns a slot of one rule into one of several, its state kept.
     fn box_states(&mut self, bounds: &Bounds, rules: &RuleTable) -> Result<()> {
         let Some(many) = self.boxed(rules) else {

@@ -23,6 +23,9 @@ pub(crate) type RuleState = (Rule, State);
 #[derive(Debug)]
 pub(crate) struct KeyStates {
     states: Vec<RuleState>,
+    /// Lockouts ([`Rule::block_for`]): per rule, when its block ends.
+    /// Empty (no allocation) for keys that were never blocked.
+    blocks: Vec<(Rule, u64)>,
     /// What the key itself costs ([`key_bytes`](super::slot::key_bytes)).
     key_bytes: u32,
 }
@@ -38,7 +41,56 @@ impl KeyStates {
     pub(crate) fn with(first: RuleState, key_bytes: u32, capacity: usize) -> KeyStates {
         let mut states = Vec::with_capacity(capacity.max(1));
         states.push(first);
-        KeyStates { states, key_bytes }
+        KeyStates {
+            states,
+            blocks: Vec::new(),
+            key_bytes,
+        }
+    }
+
+    /// The states of a key of `key_bytes` holding none yet (room for
+    /// `capacity`).
+    pub(crate) fn empty(key_bytes: u32, capacity: usize) -> KeyStates {
+        KeyStates {
+            states: Vec::with_capacity(capacity),
+            blocks: Vec::new(),
+            key_bytes,
+        }
+    }
+
+    /// When the key's block under `rule` ends: 0 when it has none.
+    pub(crate) fn blocked_until(&self, rule: Rule) -> u64 {
+        self.blocks
+            .iter()
+            .find(|(r, _)| *r == rule)
+            .map_or(0, |&(_, until)| until)
+    }
+
+    /// Blocks the key under `rule` until `until`, forgetting blocks that
+    /// have ended by `now`.
+    pub(crate) fn block(
+        &mut self,
+        rule: Rule,
+        until: u64,
+        now: u64,
+        bounds: &Bounds,
+    ) -> Result<()> {
+        self.blocks.retain(|&(_, end)| end > now);
+        if let Some(held) = self.blocks.iter_mut().find(|(r, _)| *r == rule) {
+            held.1 = until;
+            return Ok(());
+        }
+        let capacity = self.blocks.capacity();
+        if self.blocks.len() == capacity {
+            let grown = capacity.saturating_mul(2).max(1);
+            let charge = (grown - capacity) * size_of::<(Rule, u64)>();
+            bounds.try_charge(charge)?;
+            self.blocks.reserve_exact(grown - self.blocks.len());
+            let after = self.blocks.capacity() * size_of::<(Rule, u64)>();
+            bounds.settle(capacity * size_of::<(Rule, u64)>(), charge, after);
+        }
+        self.blocks.push((rule, until));
+        Ok(())
     }
 
     fn position(&self, rule: Rule) -> Option<usize> {
@@ -131,6 +183,7 @@ impl KeyStates {
         self.states
             .iter()
             .all(|(rule, state)| state.is_idle(rule.rate(), now))
+            && self.blocks.iter().all(|&(_, until)| until <= now)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = &RuleState> {
@@ -144,6 +197,7 @@ impl KeyStates {
     /// Heap bytes held: the box, the vector and the states' buffers.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.vec_bytes()
+            + self.blocks.capacity() * size_of::<(Rule, u64)>()
             + self
                 .states
                 .iter()

@@ -34,7 +34,7 @@ fn batch(
 ) -> Result<Vec<Decision>> {
     let hits: Vec<LockedHit> = hits
         .iter()
-        .map(|&(rule, cost)| LockedHit { key: 0, rule, cost })
+        .map(|&(rule, cost)| LockedHit::new(0, rule, cost))
         .collect();
     let mut keys = Locked {
         slots: std::slice::from_mut(slot),
@@ -328,13 +328,7 @@ fn long_batches_add_up_costs_per_key_and_rule() {
     let (mut rx, mut ry) = (RuleTable::default(), RuleTable::default());
     let r = rule("30/1s");
     // 40 hits over two keys (in two shards), alternating: 20 units each.
-    let hits: Vec<LockedHit> = (0..40)
-        .map(|i| LockedHit {
-            key: i % 2,
-            rule: r,
-            cost: 1,
-        })
-        .collect();
+    let hits: Vec<LockedHit> = (0..40).map(|i| LockedHit::new(i % 2, r, 1)).collect();
     let mut slots = [
         std::mem::replace(&mut x, Slot::empty(0)),
         std::mem::replace(&mut y, Slot::empty(0)),
@@ -348,13 +342,7 @@ fn long_batches_add_up_costs_per_key_and_rule() {
     assert_eq!(ds[38].remaining(), 10);
     assert_eq!(ds[39].remaining(), 10);
     // 11 more on one key: 20 + 11 > 30.
-    let over: Vec<LockedHit> = (0..11)
-        .map(|_| LockedHit {
-            key: 1,
-            rule: r,
-            cost: 1,
-        })
-        .collect();
+    let over: Vec<LockedHit> = (0..11).map(|_| LockedHit::new(1, r, 1)).collect();
     assert_eq!(
         decide_all(&mut keys, &over, 0, &bounds).map(|ds| ds[10].allowed()),
         Ok(false)
