@@ -460,7 +460,7 @@ fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Dec
 fn shares_a_counter(hits: &[Hit<'_>], i: usize, hit: &Hit<'_>) -> bool {
     hits.iter()
         .enumerate()
-        .any(|(j, other)| j != i && other.key == hit.key && other.rule == hit.rule)
+        .any(|(j, other)| j != i && other.key == hit.key && other.rule.same_state(&hit.rule))
 }
 
 /// Remembers the denials of a batch's hits whose counter no other hit of

@@ -228,24 +228,19 @@ impl Reference {
         max_wait: u64,
     ) -> Result<(Vec<Decision>, Option<u64>), Error> {
         // What a plain batch would say at `now`, recording nothing.
-        let mut copy = self.clone();
-        let probes: Vec<(String, Rule, u64)> =
-            hits.iter().map(|(k, r, c)| (k.clone(), *r, *c)).collect();
-        let plain = copy.batch_unchecked(now, &probes)?;
-        if plain.iter().all(|d| d.allowed()) {
-            *self = copy;
-            return Ok((plain, Some(0)));
+        // What each hit gets at `now`, nothing recorded, no lockout started.
+        let (_, checked) = self.decisions(now, hits)?;
+        if checked.iter().all(|d| d.allowed()) {
+            return Ok((self.batch_unchecked(now, hits)?, Some(0)));
         }
-        let wait = plain
+        let wait = checked
             .iter()
             .map(|d| d.retry_after().as_micros() as u64)
             .max()
             .unwrap_or(0);
         if wait > max_wait {
-            // A refusal is a denial: it starts lockouts (and, refused,
-            // records nothing else).
-            *self = copy;
-            return Ok((plain, None));
+            // A refusal is a denial like any other (it starts lockouts).
+            return Ok((self.batch_unchecked(now, hits)?, None));
         }
         for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0) {
             let log = self
@@ -296,23 +291,13 @@ impl Reference {
         self.batch_unchecked(now, hits)
     }
 
-    /// A batch, all-or-nothing, with options:
-    ///
-    /// - a hit whose rule has a lockout and whose key is locked out under
-    ///   it is denied until the block ends (or later, if its rule says
-    ///   so), nothing remaining;
-    /// - a hit that reports asking more than its limit is denied;
-    /// - when every hit passes, every consuming hit is recorded;
-    /// - otherwise the reporting hits are recorded all the same, and each
-    ///   consuming hit that its own rule denied starts its rule's lockout,
-    ///   unless one runs; the hits that would have passed answer the state
-    ///   (a probe) after that, and the denied reporting ones the probe's
-    ///   remaining, retry and reset, still denied.
-    fn batch_unchecked(
-        &mut self,
+    /// Per hit: the cost asked (with the earlier hits' on its state) and
+    /// what it gets at `now`, recording nothing.
+    fn decisions(
+        &self,
         now: u64,
         hits: &[(String, Rule, u64)],
-    ) -> Result<Vec<Decision>, Error> {
+    ) -> Result<(Vec<u64>, Vec<Decision>), Error> {
         let mut asked = Vec::new();
         for (i, (key, rule, cost)) in hits.iter().enumerate() {
             let before: u64 = hits[..i]
@@ -371,6 +356,35 @@ impl Reference {
                 }
             })
             .collect();
+        Ok((asked, decisions))
+    }
+
+    /// A batch, all-or-nothing, with options:
+    ///
+    /// - a hit whose rule has a lockout and whose key is locked out under
+    ///   it is denied until the block ends (or later, if its rule says
+    ///   so), nothing remaining;
+    /// - a hit that reports asking more than its limit is denied;
+    /// - when every hit passes, every consuming hit is recorded;
+    /// - otherwise the reporting hits are recorded all the same, and each
+    ///   consuming hit that its own rule denied starts its rule's lockout,
+    ///   unless one runs; the hits that would have passed answer the state
+    ///   (a probe) after that, and the denied reporting ones the probe's
+    ///   remaining, retry and reset, still denied.
+    fn batch_unchecked(
+        &mut self,
+        now: u64,
+        hits: &[(String, Rule, u64)],
+    ) -> Result<Vec<Decision>, Error> {
+        let (_, decisions) = self.decisions(now, hits)?;
+        let empty = Admissions::default();
+        let decide =
+            |key: &String, rule: &Rule, cost: u64, logs: &HashMap<(String, Rule), Admissions>| {
+                let log = logs
+                    .get(&(key.clone(), rule.without_options()))
+                    .unwrap_or(&empty);
+                decide_one(Model { rule: *rule, log }, now, cost)
+            };
         let record =
             |logs: &mut HashMap<(String, Rule), Admissions>, key: &String, rule: &Rule, cost| {
                 let log = logs
@@ -402,6 +416,26 @@ impl Reference {
         for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0 && h.1.reports()) {
             record(&mut self.logs, key, rule, *cost);
         }
+        // Last, every hit under a lockout that runs now (one this batch
+        // started too) answers it.
+        let blocks = &self.blocks;
+        let under_block = |k: &String, r: &Rule, d: Decision| -> Decision {
+            let end = blocks
+                .get(&(k.clone(), r.without_options()))
+                .copied()
+                .unwrap_or(0);
+            if r.block().is_none() || end <= now {
+                return d;
+            }
+            let rest = end - now;
+            let retry = if d.allowed() {
+                rest
+            } else {
+                rest.max(d.retry_after().as_micros() as u64)
+            };
+            let reset = rest.max(d.reset_after().as_micros() as u64);
+            Decision::from_parts(false, d.limit(), 0, retry, reset)
+        };
         Ok(hits
             .iter()
             .zip(decisions)
@@ -429,6 +463,8 @@ impl Reference {
                     probe.reset_after().as_micros() as u64,
                 )
             })
+            .zip(hits)
+            .map(|(d, (k, r, _))| under_block(k, r, d))
             .collect())
     }
 }

@@ -129,6 +129,7 @@ pub(crate) fn decide_all(
                     *decision = reported(before, probe);
                 }
             }
+            answer_blocks(keys, hits, &mut decisions, now);
             return Ok(decisions);
         }
         report_state(keys, hits, &mut decisions, now, bounds);
@@ -158,6 +159,22 @@ pub(super) fn start_blocks(
         }
     }
     Ok(())
+}
+
+/// The answers of a refused batch's hits under a lockout that runs now
+/// (one this batch started included): denied until it ends.
+pub(super) fn answer_blocks(
+    keys: &mut Locked<'_, '_>,
+    hits: &[LockedHit],
+    decisions: &mut [Decision],
+    now: u64,
+) {
+    for (hit, decision) in hits.iter().zip(decisions) {
+        if hit.block_us > 0 {
+            let (slot, _) = keys.get(hit.key);
+            *decision = blocked(*decision, slot.blocked_until(hit.rule), now);
+        }
+    }
 }
 
 /// Records the reporting hits of a refused batch, whose usage happened

@@ -10,7 +10,9 @@
 //! it, so waiters are served in the order they reserved and a later
 //! request never passes ahead of one that waits.
 
-use super::batch::{Locked, LockedHit, check_all, record_all, report_state, start_blocks};
+use super::batch::{
+    Locked, LockedHit, answer_blocks, check_all, record_all, report_state, start_blocks,
+};
 use super::bounds::Bounds;
 use crate::decision::Decision;
 use crate::error::Result;
@@ -45,6 +47,7 @@ pub(crate) fn reserve_all(
         // the rules that denied.
         start_blocks(keys, hits, &decisions, now, bounds)?;
         report_state(keys, hits, &mut decisions, now, bounds);
+        answer_blocks(keys, hits, &mut decisions, now);
         return Ok(Reserved {
             decisions,
             wait: None,

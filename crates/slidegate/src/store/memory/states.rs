@@ -66,8 +66,11 @@ impl KeyStates {
             .map_or(0, |&(_, until)| until)
     }
 
-    /// Blocks the key under `rule` until `until`, forgetting blocks that
-    /// have ended by `now`.
+    /// Blocks the key under `rule` until `until`. A key keeps at most
+    /// `max_rules` blocks: blocks that have ended by `now` are forgotten
+    /// only to make room (an ended block is kept, as Redis keeps its key
+    /// until it expires, so that both stores answer alike when a clock
+    /// steps back), and a key with that many blocks running refuses more.
     pub(crate) fn block(
         &mut self,
         rule: Rule,
@@ -75,10 +78,15 @@ impl KeyStates {
         now: u64,
         bounds: &Bounds,
     ) -> Result<()> {
-        self.blocks.retain(|&(_, end)| end > now);
         if let Some(held) = self.blocks.iter_mut().find(|(r, _)| *r == rule) {
             held.1 = until;
             return Ok(());
+        }
+        if self.blocks.len() >= bounds.max_rules() {
+            self.blocks.retain(|&(_, end)| end > now);
+            if self.blocks.len() >= bounds.max_rules() {
+                return Err(bounds.rules_error());
+            }
         }
         let capacity = self.blocks.capacity();
         if self.blocks.len() == capacity {

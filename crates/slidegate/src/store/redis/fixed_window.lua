@@ -57,6 +57,13 @@ local function build_fixed_window()
     st.dirty = true
   end
 
+  -- A report: the count stops at the limit (see algorithm/fixed_window.rs).
+  function fixed_window.report(st, now, cost)
+    window_roll(st, now)
+    st.count = math.min(st.count + cost, st.limit)
+    st.dirty = true
+  end
+
   function fixed_window.save(st, now, margin)
     local deadline = now
     if st.count > 0 then

@@ -87,6 +87,16 @@ local function build_gcra()
     st.dirty = true
   end
 
+  -- A report: the TAT moves as for an admission, but at most ten years
+  -- (REPORT_HORIZON µs) past the window (see algorithm/gcra.rs).
+  function gcra.report(st, now, cost)
+    gcra.record(st, now, cost)
+    local horizon = now + st.window + 315360000000000
+    if st.q > horizon or (st.q == horizon and st.r > 0) then
+      st.q, st.r = horizon, 0
+    end
+  end
+
   function gcra.save(st, now, margin)
     local ttl = ttl_ms(gcra_ceil(st.q, st.r), now, margin)
     redis.call('SET', st.key, bpack('<ddB', st.q, st.r, 254), 'PX', format('%d', ttl))

@@ -66,6 +66,10 @@ fn write_stem(out: &mut Vec<u8>, prefix: &str, key: &str) {
     out.push(b':');
 }
 
+/// What the Redis key of a rule's lockout appends to its state's key:
+/// the time (µs) the block ends, expiring then (written by `main.lua`).
+pub(crate) const BLOCK_SUFFIX: &str = ":block";
+
 /// The Redis key of the undo journal of one cross-slot decision in the
 /// slot of `key` (see `cross_slot.rs`): `prefix:v2:undo:{slot}:token`. No
 /// state key starts that way (a stem has `{` or `t:` after the version).
@@ -99,6 +103,8 @@ pub(crate) fn is_state_of(prefix: &str, key: &str, redis_key: &[u8]) -> bool {
     let Ok(rest) = std::str::from_utf8(rest) else {
         return false;
     };
+    // A rule's lockout lives beside its state (see main.lua).
+    let rest = rest.strip_suffix(BLOCK_SUFFIX).unwrap_or(rest);
     let rate = match rest.split_once(':') {
         Some((rate, name)) => match name.parse::<Algorithm>() {
             Ok(a) if a != Algorithm::SlidingLog => rate,
@@ -115,6 +121,14 @@ mod tests {
 
     fn rule(s: &str) -> Rule {
         Rule::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_lockout_is_a_state_of_its_key() {
+        let state = state_key("p", "login:1", rule("5/15m"));
+        let block = format!("{state}{BLOCK_SUFFIX}");
+        assert!(is_state_of("p", "login:1", block.as_bytes()));
+        assert!(!is_state_of("p", "login:1", b"p:v2:{login:1}:block"));
     }
 
     #[test]

@@ -18,6 +18,8 @@
 --     however often it is sent and a record call that had not run yet
 --     never will; then answer as a check.
 --
+-- a sixth, mode 6: a plain decision in the batch layout followed by one
+-- unused number (what hits with options take even when there is one),
 -- and a fifth, on one slot, with the batch layout followed by the longest
 -- wait (µs) in place of the journal's lifetime, and no journal key:
 --
@@ -46,7 +48,9 @@ if n < 0 then
   n = -n % 1048576
 end
 
-if mode == 0 and n == 1 then
+-- Mode 6: a plain decision sent in the batch layout (its trailing number
+-- unused), for hits with options even when there is one.
+if mode == 0 and n == 1 and code < 4 then
   local algorithm = build(code)
   local st = algorithm.load(1, L, W)
   local allowed, _, remaining, retry, reset = algorithm.check(st, now, cost)
@@ -69,6 +73,9 @@ local function decide(spec, at, n, mode, base, nkeys)
   -- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost
   -- and checked cost. States are loaded once per key.
   local journal, lifetime, max_wait
+  if mode == 6 then
+    mode = 0
+  end
   if mode == 5 then
     max_wait = bunpack('<d', spec, at + 48 * n)
   elseif mode > 0 then
@@ -78,6 +85,9 @@ local function decide(spec, at, n, mode, base, nkeys)
   if mode == 1 and redis.call('EXISTS', journal) == 1 then
     return redis.error_reply('CANCELLED this decision was undone before it ran')
   end
+  -- An undo answers as a check and nothing more: what the decision it
+  -- undoes reported, or the lockouts it started, stay as they are.
+  local undone = false
   if mode == 3 then
     -- Per state recorded: KEYS index, algorithm, limit, window, mark, cost.
     local entries = redis.call('GET', journal)
@@ -92,12 +102,17 @@ local function decide(spec, at, n, mode, base, nkeys)
       end
     end
     redis.call('SET', journal, 'x', 'PX', lifetime)
-    mode = 2
+    mode, undone = 2, true
   end
 
-  local state, costs, askeds, states = {}, {}, {}, {}
+  -- Options ride in the algorithm code: code + 4 * report + 8 * lockout
+  -- (µs). A lockout is kept beside the state, in its key with ':block'
+  -- appended (the same hash tag, so the same slot): the time it ends.
+  local state, costs, askeds, states, reports, blocks = {}, {}, {}, {}, {}, {}
+  local optioned = false
   for i = 1, n do
-    local key, algorithm_code, limit, window, c, a = bunpack('<dddddd', spec, at + 48 * (i - 1))
+    local key, code, limit, window, c, a = bunpack('<dddddd', spec, at + 48 * (i - 1))
+    local algorithm_code = code % 4
     local st = states[key]
     if not st then
       local algorithm = build(algorithm_code)
@@ -106,6 +121,13 @@ local function decide(spec, at, n, mode, base, nkeys)
       states[key] = st
     end
     state[i], costs[i], askeds[i] = st, c, a
+    reports[i], blocks[i] = code % 8 >= 4, math.floor(code / 8)
+    if code >= 4 then
+      optioned = true
+    end
+    if blocks[i] > 0 and not st.blocked then
+      st.blocked = tonumber(redis.call('GET', st.key .. ':block')) or 0
+    end
     -- As in the memory store, a hit that consumes keeps its state even
     -- when the decision is denied; probes never create one.
     if c > 0 then
@@ -122,9 +144,27 @@ local function decide(spec, at, n, mode, base, nkeys)
     local _
     reply[j + 1], _, reply[j + 2], reply[j + 3], reply[j + 4] = st.algorithm.check(st, now, c)
   end
+  -- A hit under a lockout that runs now is denied until it ends (or
+  -- later, if its rule says so), nothing remaining.
+  local function under_block(i)
+    local st, j = state[i], 4 * (i - 1)
+    if blocks[i] > 0 and st.blocked > now then
+      local rest = st.blocked - now
+      if reply[j + 1] == 1 or reply[j + 3] < rest then
+        reply[j + 3] = rest
+      end
+      reply[j + 1], reply[j + 2], reply[j + 4] = 0, 0, math.max(reply[j + 4], rest)
+    end
+  end
   for i = 1, n do
-    check(i, askeds[i])
-    if reply[4 * i - 3] == 0 then
+    local a, st, j = askeds[i], state[i], 4 * (i - 1)
+    -- A report may ask more than the limit: it never fits.
+    check(i, math.min(a, st.limit))
+    if a > st.limit then
+      reply[j + 1] = 0
+    end
+    under_block(i)
+    if reply[j + 1] == 0 then
       all_allowed = false
     end
   end
@@ -147,22 +187,59 @@ local function decide(spec, at, n, mode, base, nkeys)
     end
   end
 
+  -- A denial starts the lockout of every rule that denied its own
+  -- consuming hit, unless one runs (denials never extend a block); the
+  -- usage of reporting hits is recorded whatever the answer.
+  local denied = {}
+  if optioned and not all_allowed and not undone then
+    for i = 1, n do
+      local st = state[i]
+      denied[i] = reply[4 * i - 3] == 0
+      if blocks[i] > 0 and costs[i] > 0 and denied[i] and st.blocked <= now then
+        st.blocked, st.block_dirty = now + blocks[i], true
+      end
+    end
+    for i = 1, n do
+      if reports[i] and costs[i] > 0 then
+        local st = state[i]
+        st.algorithm.report(st, now, costs[i])
+      end
+    end
+  end
+
   for i = 1, n do
     if costs[i] > 0 then
       if all_allowed then
         local st = state[i]
         st.algorithm.record(st, at_time, costs[i])
-        st.added = (st.added or 0) + costs[i]
+        -- Reported usage is never taken back by a cross-slot undo.
+        if not reports[i] then
+          st.added = (st.added or 0) + costs[i]
+        end
       elseif reply[4 * i - 3] == 1 then
         -- Nothing is recorded: the hits that would have passed report the state.
         check(i, 0)
+      elseif denied[i] and reports[i] then
+        -- Still denied, with the state the report left.
+        check(i, 0)
+        reply[4 * i - 3] = 0
       end
+    end
+  end
+  if optioned and not all_allowed then
+    -- The lockouts this denial started too.
+    for i = 1, n do
+      under_block(i)
     end
   end
 
   for _, st in pairs(states) do
     if st.dirty and (st.existed or st.touched) then
       st.algorithm.save(st, now, margin)
+    end
+    if st.block_dirty then
+      redis.call('SET', st.key .. ':block', format('%d', st.blocked), 'PX',
+        format('%d', ttl_ms(st.blocked, now, margin)))
     end
   end
 

@@ -70,7 +70,7 @@ use self::sentinel::{Master, Sentinel};
 use self::topology::{Topology, slot_of};
 use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn, wait_micros};
 use super::resilient::gate;
-use super::{Hit, Store, check_cost, validate_key};
+use super::{Hit, Store, check_cost, check_waits, validate_key};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
@@ -584,6 +584,7 @@ impl Store for RedisStore {
         for hit in hits {
             check_cost(&[hit.rule], hit.cost)?;
         }
+        check_waits(hits.iter().map(|hit| hit.rule))?;
         if self.is_cluster() {
             let first = slot_of(hits[0].key);
             if hits.iter().any(|h| slot_of(h.key) != first) {

@@ -87,6 +87,8 @@ const STEP_SCALE: f64 = 1_048_576.0;
 const COALESCED: f64 = 4.0;
 /// A reservation (mode 5, see `main.lua`).
 const RESERVE: f64 = 5.0;
+/// A plain decision with options, in the batch layout (mode 6).
+const WITH_OPTIONS: f64 = 6.0;
 /// How long the journal of a cross-slot step (and the tombstone an undo
 /// leaves) lives in Redis: the undo of a step is tried within it.
 pub(crate) const JOURNAL_LIFETIME: Duration = Duration::from_secs(2);
@@ -145,7 +147,10 @@ impl<'a> Plan<'a> {
         let mut totals: SmallVec<[u64; 1]> = SmallVec::new();
         // Only a long batch pays for a map.
         let mut index: Option<HashMap<(&'a str, Rule), usize>> = None;
-        for (key, rule, cost) in hits {
+        for (key, asked_rule, cost) in hits {
+            // Options do not name the state: hits of one rule with and
+            // without them count on one key.
+            let rule = asked_rule.without_options();
             let found = match &index {
                 Some(index) => index.get(&(key, rule)).copied(),
                 None => plan.states.iter().position(|&s| s == (key, rule)),
@@ -175,7 +180,9 @@ impl<'a> Plan<'a> {
                 }
             };
             let total = totals[state].saturating_add(cost);
-            if total > rule.limit() {
+            // A report may exceed the limit (up to the largest limit,
+            // checked at the store's door).
+            if total > rule.limit() && !asked_rule.reports() {
                 return Err(Error::CostExceedsLimit {
                     cost: total,
                     limit: rule.limit(),
@@ -184,7 +191,7 @@ impl<'a> Plan<'a> {
             totals[state] = total;
             plan.hits.push(PlannedHit {
                 state,
-                rule,
+                rule: asked_rule,
                 cost,
                 asked: if cost == 0 { 0 } else { total },
             });
@@ -224,7 +231,10 @@ impl<'a> Plan<'a> {
     /// cost and checked cost, and a step's journal lifetime (ms). Keys:
     /// one per state, a step's journal last.
     pub(crate) fn part(&self, step: Option<(Step, &str)>) -> Part {
-        let one = matches!((self.hits.as_slice(), step), ([_], None)) && self.reserve.is_none();
+        let options = self.hits.iter().any(|hit| hit.rule.has_options());
+        let one = matches!((self.hits.as_slice(), step), ([_], None))
+            && self.reserve.is_none()
+            && !options;
         let numbers = 2 + if one { 4 } else { 6 * self.hits.len() + 1 };
         let mut buf = Vec::with_capacity(
             self.states.len() * (self.prefix.len() + 48)
@@ -253,6 +263,7 @@ impl<'a> Plan<'a> {
         put(match (step, self.reserve) {
             (Some((step, _)), _) => -(f64::from(step as u8) * STEP_SCALE + n),
             (None, Some(_)) => -(RESERVE * STEP_SCALE + n),
+            (None, None) if options => -(WITH_OPTIONS * STEP_SCALE + n),
             (None, None) => n,
         });
         put(nkeys as f64);
@@ -267,7 +278,7 @@ impl<'a> Plan<'a> {
             _ => {
                 for hit in &self.hits {
                     put((hit.state + 1) as f64);
-                    put(f64::from(algorithm_code(hit.rule.algorithm())));
+                    put(options_code(hit.rule));
                     put(hit.rule.limit() as f64);
                     put(hit.rule.window_micros() as f64);
                     put(hit.cost as f64);
@@ -279,6 +290,8 @@ impl<'a> Plan<'a> {
             put(JOURNAL_LIFETIME.as_millis() as f64);
         } else if let Some(max_wait) = self.reserve {
             put(max_wait as f64);
+        } else if options {
+            put(0.0);
         }
         Part {
             buf,
@@ -540,6 +553,13 @@ fn header(now: Option<u64>, margin_ms: u64) -> [u8; 3 * NUMBER] {
     head[..NUMBER].copy_from_slice(&now.map_or(-1.0, |now| now as f64).to_le_bytes());
     head[NUMBER..2 * NUMBER].copy_from_slice(&(margin_ms.min(MAX_MARGIN_MS) as f64).to_le_bytes());
     head
+}
+
+/// A hit's algorithm code with its rule's options: `code + 4 * report +
+/// 8 * lockout (µs)`, below 2^53 (a lockout is below 2^49 µs), so exact.
+fn options_code(rule: Rule) -> f64 {
+    let report = if rule.reports() { 4.0 } else { 0.0 };
+    f64::from(algorithm_code(rule.algorithm())) + report + 8.0 * rule.block_micros() as f64
 }
 
 fn algorithm_code(algorithm: Algorithm) -> u8 {

@@ -100,6 +100,14 @@ local function build_sliding_counter()
     st.dirty = true
   end
 
+  -- A report: the count stops at 10^12, Rate::MAX_LIMIT (see
+  -- algorithm/sliding_counter.rs).
+  function sliding_counter.report(st, now, cost)
+    counter_roll(st, now)
+    st.cur = math.min(st.cur + cost, 1000000000000)
+    st.dirty = true
+  end
+
   function sliding_counter.save(st, now, margin)
     local deadline = counter_deadline(st) or now
     local value = bpack('<dddB', st.start, st.cur, st.prev, 254)

@@ -83,6 +83,9 @@ local function build_sliding_log()
     st.live, st.existed = true, true
     st.raw, st.rawstart = raw, e - (size - 72)
     st.M, st.MT = 256 ^ ow, 256 ^ tw
+    -- Records decode against the newest record as loaded: a record made
+    -- by this call (a report before a later check) moves nt and nT.
+    st.lnt, st.lnT, st.shift = st.nt, st.nT, 0
     st.ntm, st.nTm = st.nt % st.M, st.nT % st.MT
     return st
   end
@@ -111,7 +114,7 @@ local function build_sliding_log()
     if less < 0 then
       less = less + st.MT
     end
-    return st.nt - back, st.nT - less
+    return st.lnt - back, st.lnT - less - st.shift
   end
 
   -- Drops the records more than a window older than t: the first live
@@ -247,8 +250,52 @@ local function build_sliding_log()
     end
     if st.H >= 1099511627776 then
       local d = st.H - st.H % 256 ^ st.tw
-      st.H, st.T1, st.nT = st.H - d, st.T1 - d, st.nT - d
+      st.H, st.T1, st.nT, st.shift = st.H - d, st.T1 - d, st.nT - d, (st.shift or 0) + d
     end
+  end
+
+  -- Records a report of `cost` whatever the usage, keeping only the
+  -- newest L units (see algorithm/sliding_log.rs): the units that would
+  -- pass the limit are dropped from the oldest records first, before the
+  -- record is made, so every record kept still decodes (its total within
+  -- L of the newest). Runs after a check at the same time.
+  function sliding_log.report(st, now, cost)
+    local L = st.limit
+    local c = math.min(cost, L)
+    -- Recorded at the newest record's time when that is ahead of now,
+    -- even if every record is dropped below.
+    local t = now
+    if st.live and st.nt > now then
+      t = st.nt
+    end
+    if st.live then
+      local H = st.nT + c - L
+      if H >= st.nT then
+        st.live, st.dirty = false, true
+      elseif H > st.H then
+        -- The newest record holds more than H; it may have been made by
+        -- this call (not yet in Redis), so it is never read: the search
+        -- reads only the records before it.
+        local rec = st.ow + st.tw
+        local last = (st.e - st.s) / rec - 1
+        local lo, hi = 0, last
+        while lo < hi do
+          local mid = lo + math.floor((hi - lo) / 2)
+          local _, total = record_at(st, st.s + mid * rec, 1)
+          if total > H then
+            hi = mid
+          else
+            lo = mid + 1
+          end
+        end
+        local at, total = st.nt, st.nT
+        if lo < last then
+          at, total = record_at(st, st.s + lo * rec, 1)
+        end
+        st.H, st.o1, st.T1, st.s, st.dirty = H, at, total, st.s + lo * rec, true
+      end
+    end
+    sliding_log.record(st, t, c)
   end
 
   function sliding_log.save(st, now, margin)

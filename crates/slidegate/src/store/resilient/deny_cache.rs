@@ -59,6 +59,10 @@ impl DenyCache {
         cost: u64,
         now: u64,
     ) -> Option<Decision> {
+        // A report is recorded whatever the answer: never answered here.
+        if rules.iter().any(Rule::reports) {
+            return None;
+        }
         let denials = self.entries.get(key)?;
         let denial = denials
             .iter()
@@ -78,7 +82,8 @@ impl DenyCache {
         sent: u64,
         decision: Decision,
     ) {
-        if decision.allowed() || decision.retry_after().is_zero() {
+        if decision.allowed() || decision.retry_after().is_zero() || rules.iter().any(Rule::reports)
+        {
             return;
         }
         if self.len.load(Ordering::Relaxed) >= self.max_entries {
