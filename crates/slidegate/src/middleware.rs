@@ -261,6 +261,10 @@ pub enum BuildError {
     /// A layer without rules.
     #[error("a rate limit layer needs at least one rule")]
     NoRules,
+    /// [`block_for`](RateLimitBuilder::block_for) before any rule: it
+    /// applies to the rule added last.
+    #[error("block_for applies to the rule added before it, and there is none")]
+    BlockForWithoutRule,
     /// A policy name that is not a valid sf-string.
     #[error(transparent)]
     PolicyName(#[from] InvalidPolicyName),

@@ -1009,3 +1009,49 @@ fn extractors_compose() {
         r.headers.get("x-tenant").map(|_| 1)
     }));
 }
+
+#[tokio::test]
+async fn block_for_locks_a_client_out_of_its_rule_after_a_refusal() {
+    let (store, clock) = manual_store();
+    let layer = RateLimitLayer::builder(store, Key::peer_ip())
+        .policy("login", "5/15m")
+        .block_for(Duration::from_secs(3600))
+        .policy("burst", "100/s")
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/login", get(ok)).layer(layer)).await;
+    for _ in 0..5 {
+        assert_eq!(
+            send(addr, empty(get_req("/login"))).await.status,
+            StatusCode::OK
+        );
+    }
+    let sixth = send(addr, empty(get_req("/login"))).await;
+    assert_eq!(sixth.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(sixth.headers["retry-after"], "3600");
+    clock.advance(Duration::from_secs(16 * 60));
+    let later = send(addr, empty(get_req("/login"))).await;
+    assert_eq!(
+        later.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "still locked out"
+    );
+    assert_eq!(later.headers["retry-after"], (3600 - 16 * 60).to_string());
+    clock.advance(Duration::from_secs(3600 - 16 * 60));
+    assert_eq!(
+        send(addr, empty(get_req("/login"))).await.status,
+        StatusCode::OK
+    );
+}
+
+#[test]
+fn block_for_needs_a_rule_before_it() {
+    let built = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+        .block_for(Duration::from_secs(60))
+        .rule("5/m")
+        .build();
+    assert!(matches!(
+        built,
+        Err(slidegate::middleware::BuildError::BlockForWithoutRule)
+    ));
+}

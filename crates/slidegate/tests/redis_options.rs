@@ -367,3 +367,39 @@ fn a_lockout_is_shared_by_every_client_expires_with_its_block_and_is_lifted_by_r
     assert!(keys.is_empty(), "reset lifts the lockout too: {keys:?}");
     assert!(attempt(&second).expect("decided").allowed());
 }
+
+/// The memory store's scenarios (`options.rs`) on Redis, on the client's clock.
+fn client_clock_store() -> (
+    RedisServer,
+    tokio::runtime::Runtime,
+    RedisStore,
+    ManualClock,
+) {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let clock = ManualClock::at(1_763_800_000_000_000);
+    let store = runtime
+        .block_on(
+            RedisStore::builder(server.url())
+                .client_clock(clock.clone())
+                .expiry_margin(Duration::from_secs(3600))
+                .build(),
+        )
+        .expect("the Redis store connects");
+    (server, runtime, store, clock)
+}
+
+#[test]
+fn a_login_is_locked_out_for_an_hour_after_five_attempts_in_15_minutes_on_redis() {
+    let (_server, runtime, store, clock) = client_clock_store();
+    runtime.block_on(common::scenarios::login_lockout(&store, &clock));
+}
+
+#[test]
+fn reported_usage_over_the_limit_is_denied_until_it_leaves_the_window_on_redis() {
+    let (_server, runtime, store, clock) = client_clock_store();
+    runtime.block_on(common::scenarios::reported_usage(&store, &clock));
+}

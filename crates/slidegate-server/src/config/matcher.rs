@@ -158,7 +158,15 @@ fn limit_json(limit: &Limit) -> serde_json::Value {
     match limit.enforcement {
         Enforcement::Unlimited => json["unlimited"] = true.into(),
         Enforcement::Blocked => json["blocked"] = true.into(),
-        Enforcement::Rule(rule) => json["algorithm"] = rule.algorithm().to_string().into(),
+        Enforcement::Rule(rule) => {
+            json["algorithm"] = rule.algorithm().to_string().into();
+            if rule.reports() {
+                json["report"] = true.into();
+            }
+            if let Some(block) = rule.block() {
+                json["block_for_ms"] = u64::try_from(block.as_millis()).unwrap_or(u64::MAX).into();
+            }
+        }
     }
     if let Some(name) = &limit.name {
         json["name"] = name.as_str().into();

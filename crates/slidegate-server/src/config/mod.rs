@@ -399,8 +399,17 @@ fn limit_of(
         Enforcement::Blocked
     } else {
         let rate = Rate::new(rl.requests_per_unit, unit.duration()).map_err(|e| e.to_string())?;
-        Enforcement::Rule(Rule::new(rate).with_algorithm(rl.algorithm))
+        let rule = Rule::new(rate).with_algorithm(rl.algorithm);
+        let rule = if rl.report { rule.reporting() } else { rule };
+        let rule = match rl.block_for {
+            Some(block) => rule.block_for(block).map_err(|e| e.to_string())?,
+            None => rule,
+        };
+        Enforcement::Rule(rule)
     };
+    if (rl.report || rl.block_for.is_some()) && !matches!(enforcement, Enforcement::Rule(_)) {
+        return Err("'report' and 'block_for' need a rate limit (not unlimited, not 0)".into());
+    }
     Ok(Limit {
         enforcement,
         requests_per_unit: rl.requests_per_unit,

@@ -287,6 +287,49 @@ fn window_and_algorithm_extend_the_format() {
 }
 
 #[test]
+fn report_and_block_for_extend_the_format() {
+    let c = yaml(
+        "domain: api\ndescriptors:\n  - key: path\n    value: /login\n    rate_limit: {requests_per_unit: 5, window: 15m, block_for: 1h}\n  - key: tokens\n    rate_limit: {requests_per_unit: 100, unit: minute, report: true}\n",
+    )
+    .unwrap();
+    let login = c.lookup("api", &[("path", "/login")]).unwrap();
+    let rule = Rule::parse("5/15m")
+        .and_then(|r| r.block_for(Duration::from_secs(3600)))
+        .unwrap();
+    assert_eq!(login.limit.enforcement, Enforcement::Rule(rule));
+    let tokens = c.lookup("api", &[("tokens", "u1")]).unwrap();
+    assert_eq!(
+        tokens.limit.enforcement,
+        Enforcement::Rule(Rule::parse("100/1m").unwrap().reporting())
+    );
+    for (bad, message) in [
+        (
+            "{requests_per_unit: 5, unit: second, block_for: soon}",
+            "invalid block_for 'soon'",
+        ),
+        (
+            "{requests_per_unit: 5, unit: second, block_for: 11000d}",
+            "invalid block_for",
+        ),
+        (
+            "{requests_per_unit: 5, unit: second, report: maybe}",
+            "report",
+        ),
+        ("{unlimited: true, report: true}", "need a rate limit"),
+        (
+            "{requests_per_unit: 0, unit: second, block_for: 1m}",
+            "need a rate limit",
+        ),
+    ] {
+        let err = yaml(&format!(
+            "domain: api\ndescriptors:\n  - key: path\n    rate_limit: {bad}\n"
+        ))
+        .unwrap_err();
+        assert!(err.message.contains(message), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn zero_requests_per_unit_blocks() {
     let c = load(&["valid/example.yaml"], false).unwrap();
     let m = c.lookup("rl", &[("foo", "x"), ("bar", "banned")]).unwrap();

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, Spanned};
-use slidegate::Algorithm;
+use slidegate::{Algorithm, Rate};
 
 use super::ConfigError;
 
@@ -33,6 +33,8 @@ const VALID_KEYS: &[&str] = &[
     // slidegate's extensions, inside `rate_limit`:
     "window",
     "algorithm",
+    "report",
+    "block_for",
 ];
 
 /// A YAML node, as written.
@@ -220,6 +222,10 @@ pub(crate) struct RateLimitSpec {
     pub name: Option<String>,
     pub replaces: Vec<String>,
     pub algorithm: Algorithm,
+    /// Every hit is recorded, whether or not it fits (usage reporting).
+    pub report: bool,
+    /// Once a request is denied, its key is locked out this long.
+    pub block_for: Option<Duration>,
 }
 
 /// Parses and checks one file. `name` is used in error messages.
@@ -434,6 +440,25 @@ impl Reader<'_> {
                 })?)
             }
         };
+        let block_for = match fields.get("block_for") {
+            None => None,
+            Some(b) => {
+                let text = self.string(Some(b), "block_for")?.unwrap_or_default();
+                let block = slidegate::rate::parse_window(&text)
+                    .ok()
+                    .filter(|d| *d >= Rate::MIN_WINDOW && *d <= Rate::MAX_WINDOW)
+                    .ok_or_else(|| {
+                        self.error(
+                            b,
+                            format!(
+                                "invalid block_for {} (expected a duration from 1ms to 10 years, e.g. 15m, 1h)",
+                                quoted(&text, WORD_CHARS)
+                            ),
+                        )
+                    })?;
+                Some(block)
+            }
+        };
         let algorithm = match fields.get("algorithm") {
             None => Algorithm::SlidingLog,
             Some(a) => {
@@ -459,6 +484,8 @@ impl Reader<'_> {
                 .filter(|n| !n.is_empty()),
             replaces,
             algorithm,
+            report: self.flag(fields.get("report"), "report")?,
+            block_for,
         })
     }
 

@@ -73,6 +73,11 @@ pub enum ErrorCode {
     /// `max_wait_ms` is not a whole number of milliseconds from 0 to
     /// 5,000.
     InvalidMaxWait,
+    /// `report` is not `true` or `false`.
+    InvalidReport,
+    /// `block_ms` is not a whole number of milliseconds from 0 to
+    /// `--max-adhoc-window`.
+    InvalidBlock,
     /// The request asked to wait (`max_wait_ms`), and as many requests as
     /// `--max-waiting` allows are already waiting: answered 503 at once,
     /// nothing recorded. Try again, or without waiting.
@@ -219,6 +224,8 @@ impl From<slidegate::Error> for ApiError {
             E::InvalidWindow { .. } => ErrorCode::InvalidWindow,
             E::UnknownAlgorithm(_) => ErrorCode::UnknownAlgorithm,
             E::CostExceedsLimit { .. } => ErrorCode::CostExceedsLimit,
+            E::InvalidBlock { .. } => ErrorCode::InvalidBlock,
+            E::ReportCannotWait => ErrorCode::ConflictingFields,
             E::InvalidKey(_) | E::CrossSlot { .. } => ErrorCode::InvalidKey,
             E::NoRules => ErrorCode::InvalidRules,
             E::KeyConflict { .. } => ErrorCode::KeyConflict,

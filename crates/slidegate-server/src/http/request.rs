@@ -46,7 +46,7 @@ pub struct PeekRequest {
     pub rule: Rule,
 }
 
-const ACQUIRE_FIELDS: [&str; 7] = [
+const ACQUIRE_FIELDS: [&str; 9] = [
     "key",
     "limit",
     "window_ms",
@@ -54,16 +54,20 @@ const ACQUIRE_FIELDS: [&str; 7] = [
     "algorithm",
     "rules",
     "max_wait_ms",
+    "report",
+    "block_ms",
 ];
-const RULE_FIELDS: [&str; 3] = ["limit", "window_ms", "algorithm"];
+const RULE_FIELDS: [&str; 5] = ["limit", "window_ms", "algorithm", "report", "block_ms"];
 const PEEK_PARAMS: [&str; 3] = ["limit", "window_ms", "algorithm"];
 
 /// Parses the body of `POST /v1/acquire`:
 /// `{"key":"k","limit":100,"window_ms":60000,"cost":1,"algorithm":"sliding_log"}`,
 /// or `{"key":"k","rules":[{"limit":..,"window_ms":..,"algorithm":..},..],"cost":1}`.
-/// A top-level `algorithm` is the default of rules that name none. `null`
-/// stands for an absent optional field. Limits and windows are ad-hoc:
-/// at most `bounds.max_adhoc_limit` and `bounds.max_adhoc_window`.
+/// A top-level `algorithm` is the default of rules that name none, and so
+/// are `report` (record the cost whatever the answer) and `block_ms` (lock
+/// the key out this long once a rule denies it). `null` stands for an
+/// absent optional field. Limits, windows and blocks are ad-hoc: at most
+/// `bounds.max_adhoc_limit` and `bounds.max_adhoc_window`.
 pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
     match fast::parse_acquire(body, bounds) {
         Some(request) => Ok(request),
@@ -74,8 +78,17 @@ pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Api
 /// [`parse_acquire`] through a JSON tree: every shape, every mistake named.
 fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
     let members = parse_object(body)?;
-    let [key, limit, window_ms, cost, algorithm, rules, max_wait_ms] =
-        pick(members, &ACQUIRE_FIELDS, "")?;
+    let [
+        key,
+        limit,
+        window_ms,
+        cost,
+        algorithm,
+        rules,
+        max_wait_ms,
+        report,
+        block_ms,
+    ] = pick(members, &ACQUIRE_FIELDS, "")?;
     let key = match key {
         Some(Node::String(key)) => key,
         Some(other) => {
@@ -86,16 +99,23 @@ fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Ap
         }
         None => return Err(missing("key")),
     };
-    let algorithm = parse_algorithm(algorithm)?;
+    let defaults = RuleDefaults {
+        algorithm: parse_algorithm(algorithm)?,
+        report: parse_report(report)?.unwrap_or(false),
+        block: parse_block(block_ms, bounds)?.unwrap_or(Duration::ZERO),
+    };
     let rules = match (rules, limit, window_ms) {
-        (Some(rules), None, None) => parse_rules(rules, algorithm, bounds)?,
+        (Some(rules), None, None) => parse_rules(rules, &defaults, bounds)?,
         (Some(_), _, _) => {
             return Err(ApiError::new(
                 ErrorCode::ConflictingFields,
                 "give either \"rules\" or \"limit\" and \"window_ms\", not both",
             ));
         }
-        (None, limit, window_ms) => vec![parse_rule(limit, window_ms, algorithm, bounds)?],
+        (None, limit, window_ms) => {
+            let rule = parse_rule(limit, window_ms, defaults.algorithm, bounds)?;
+            vec![with_options(rule, defaults.report, defaults.block)?]
+        }
     };
     let cost = match cost {
         None | Some(Node::Null) => 1,
@@ -112,12 +132,62 @@ fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Ap
         }
     };
     let max_wait = parse_max_wait(max_wait_ms)?;
+    if !max_wait.is_zero() && rules.iter().any(Rule::reports) {
+        return Err(ApiError::new(
+            ErrorCode::ConflictingFields,
+            "a request that reports usage (\"report\": true) cannot wait: leave out \"max_wait_ms\"",
+        ));
+    }
     Ok(AcquireRequest {
         key,
         rules,
         cost,
         max_wait,
     })
+}
+
+/// What a rule of `rules` takes from the request when it says nothing.
+struct RuleDefaults {
+    algorithm: Algorithm,
+    report: bool,
+    block: Duration,
+}
+
+fn parse_report(report: Option<Node>) -> Result<Option<bool>, ApiError> {
+    match report {
+        None | Some(Node::Null) => Ok(None),
+        Some(Node::Bool(report)) => Ok(Some(report)),
+        Some(other) => Err(ApiError::new(
+            ErrorCode::InvalidReport,
+            format!("\"report\" must be true or false, got {}", other.brief()),
+        )),
+    }
+}
+
+/// `block_ms`: 0 for none, otherwise 1 ms up to the longest ad-hoc window.
+fn parse_block(block_ms: Option<Node>, bounds: &Bounds) -> Result<Option<Duration>, ApiError> {
+    let max = bounds.max_adhoc_window.min(Rate::MAX_WINDOW);
+    match block_ms {
+        None | Some(Node::Null) => Ok(None),
+        Some(Node::Unsigned(ms)) if u128::from(ms) <= max.as_millis() => {
+            Ok(Some(Duration::from_millis(ms)))
+        }
+        Some(other) => Err(ApiError::new(
+            ErrorCode::InvalidBlock,
+            format!(
+                "\"block_ms\" must be a whole number of milliseconds from 0 to {} (--max-adhoc-window), got {}",
+                max.as_millis(),
+                other.brief()
+            ),
+        )),
+    }
+}
+
+/// `rule` with the options asked for.
+fn with_options(rule: Rule, report: bool, block: Duration) -> Result<Rule, ApiError> {
+    let rule = if report { rule.reporting() } else { rule };
+    rule.block_for(block)
+        .map_err(|e| ApiError::new(ErrorCode::InvalidBlock, format!("\"block_ms\": {e}")))
 }
 
 fn parse_max_wait(max_wait_ms: Option<Node>) -> Result<Duration, ApiError> {
@@ -313,7 +383,11 @@ fn pick<const N: usize>(
     Ok(fields)
 }
 
-fn parse_rules(rules: Node, default: Algorithm, bounds: &Bounds) -> Result<Vec<Rule>, ApiError> {
+fn parse_rules(
+    rules: Node,
+    defaults: &RuleDefaults,
+    bounds: &Bounds,
+) -> Result<Vec<Rule>, ApiError> {
     let items = match rules {
         Node::Array(items) if !items.is_empty() && items.len() <= MAX_RULES => items,
         Node::Array(items) => {
@@ -347,13 +421,22 @@ fn parse_rules(rules: Node, default: Algorithm, bounds: &Bounds) -> Result<Vec<R
                 ),
             ));
         };
-        let [limit, window_ms, algorithm] = pick(members, &RULE_FIELDS, &format!("{place}."))?;
+        let [limit, window_ms, algorithm, report, block_ms] =
+            pick(members, &RULE_FIELDS, &format!("{place}."))?;
         let algorithm = match algorithm {
-            None | Some(Node::Null) => default,
+            None | Some(Node::Null) => defaults.algorithm,
             some => parse_algorithm(some).map_err(|e| e.at(&place))?,
         };
-        let rule = parse_rule(limit, window_ms, algorithm, bounds).map_err(|e| e.at(&place))?;
-        if let Some(j) = rules.iter().position(|r| *r == rule) {
+        let report = parse_report(report)
+            .map_err(|e| e.at(&place))?
+            .unwrap_or(defaults.report);
+        let block = parse_block(block_ms, bounds)
+            .map_err(|e| e.at(&place))?
+            .unwrap_or(defaults.block);
+        let rule = parse_rule(limit, window_ms, algorithm, bounds)
+            .and_then(|rule| with_options(rule, report, block))
+            .map_err(|e| e.at(&place))?;
+        if let Some(j) = rules.iter().position(|r| r.same_state(&rule)) {
             return Err(ApiError::new(
                 ErrorCode::InvalidRules,
                 format!("{place} repeats rules[{j}]"),
@@ -453,6 +536,52 @@ mod tests {
         match parse_acquire(body.as_bytes(), &Bounds::default()) {
             Ok(request) => panic!("{body} was accepted: {request:?}"),
             Err(error) => error.code(),
+        }
+    }
+
+    #[test]
+    fn report_and_block_ms_apply_to_every_rule_unless_a_rule_says_otherwise() {
+        let request = parse_acquire(
+            br#"{"key":"k","report":true,"block_ms":60000,"rules":[
+                {"limit":100,"window_ms":60000},
+                {"limit":5,"window_ms":1000,"report":false,"block_ms":0}]}"#,
+            &Bounds::default(),
+        )
+        .unwrap();
+        assert!(request.rules[0].reports());
+        assert_eq!(request.rules[0].block(), Some(Duration::from_secs(60)));
+        assert!(!request.rules[1].reports());
+        assert_eq!(request.rules[1].block(), None);
+        let one = parse_acquire(
+            br#"{"key":"k","limit":5,"window_ms":1000,"cost":150,"report":true}"#,
+            &Bounds::default(),
+        )
+        .unwrap();
+        assert!(one.rules[0].reports());
+        assert_eq!(one.cost, 150);
+        for (body, want) in [
+            (
+                r#"{"key":"k","limit":1,"window_ms":1,"report":"yes"}"#,
+                ErrorCode::InvalidReport,
+            ),
+            (
+                r#"{"key":"k","limit":1,"window_ms":1,"block_ms":-1}"#,
+                ErrorCode::InvalidBlock,
+            ),
+            (
+                r#"{"key":"k","limit":1,"window_ms":1,"block_ms":86400001}"#,
+                ErrorCode::InvalidBlock,
+            ),
+            (
+                r#"{"key":"k","rules":[{"limit":1,"window_ms":1,"block_ms":1.5}]}"#,
+                ErrorCode::InvalidBlock,
+            ),
+            (
+                r#"{"key":"k","limit":1,"window_ms":1,"report":true,"max_wait_ms":10}"#,
+                ErrorCode::ConflictingFields,
+            ),
+        ] {
+            assert_eq!(code(body), want, "{body}");
         }
     }
 

@@ -190,12 +190,14 @@ impl Planned<'_> {
     /// The store hit: the descriptor's cost when the request `pass`es and
     /// this descriptor can, otherwise 0 (the state only).
     fn hit(&self, pass: bool) -> Option<Hit<'_>> {
-        let cost = if pass && !self.over_regardless() {
+        let rule = self.rule()?;
+        // A rule that reports usage records it whatever the answer.
+        let cost = if (pass || rule.reports()) && !self.over_regardless() {
             self.cost
         } else {
             0
         };
-        Some(Hit::new(self.key.as_str(), self.rule()?, cost))
+        Some(Hit::new(self.key.as_str(), rule, cost))
     }
 }
 
@@ -403,6 +405,16 @@ fn drop_replaced(plans: &mut [Option<Planned<'_>>]) {
     }
 }
 
+/// The most a descriptor may cost under `rule`: its limit, or for a rule
+/// that reports usage (which may exceed it), the largest limit.
+fn most(rule: Rule) -> u64 {
+    if rule.reports() {
+        slidegate::Rate::MAX_LIMIT
+    } else {
+        rule.limit()
+    }
+}
+
 /// Marks descriptors whose cost, added to earlier ones on the same counter
 /// and rule, exceeds the limit.
 fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
@@ -416,7 +428,7 @@ fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
                 .flatten()
                 .filter(|e| e.rule() == Some(rule) && e.key == p.key)
                 .fold(p.cost, |sum, e| sum.saturating_add(e.cost));
-            p.too_costly = sum > rule.limit();
+            p.too_costly = sum > most(rule);
         }
         return;
     }
@@ -428,7 +440,7 @@ fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
             let Some(rule) = p.rule() else { return false };
             let sum = before.entry((p.key.as_str(), rule)).or_insert(0);
             *sum = sum.saturating_add(p.cost);
-            *sum > rule.limit()
+            *sum > most(rule)
         })
         .collect();
     for (plan, too_costly) in plans.iter_mut().zip(too_costly) {

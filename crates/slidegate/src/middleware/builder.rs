@@ -26,6 +26,8 @@ pub struct RateLimitBuilder<St, K> {
     prefix: Option<String>,
     on_rejection: Option<Box<RejectionHook>>,
     max_delay: Option<Duration>,
+    /// `block_for` was called before any rule: a mistake told at `build`.
+    block_before_rule: bool,
 }
 
 impl<St, K> RateLimitBuilder<St, K> {
@@ -41,6 +43,7 @@ impl<St, K> RateLimitBuilder<St, K> {
             prefix: None,
             on_rejection: None,
             max_delay: None,
+            block_before_rule: false,
         }
     }
 
@@ -55,6 +58,32 @@ impl<St, K> RateLimitBuilder<St, K> {
     /// and the problem's `violated-policies` (printable ASCII).
     pub fn policy(mut self, name: impl Into<String>, rule: impl IntoRule) -> Self {
         self.rules.push((Some(name.into()), rule.into_rule()));
+        self
+    }
+
+    /// Locks a client out for `block` once the rule added last denies it:
+    /// every request of that key is then refused under that rule (429,
+    /// `Retry-After` the rest of the block) until the block ends, however
+    /// the window slides meanwhile; refusals do not extend it. What login
+    /// forms need against password guessing. See [`Rule::block_for`].
+    ///
+    /// ```
+    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer}};
+    /// # use std::time::Duration;
+    /// // Five attempts per 15 minutes, then an hour locked out.
+    /// let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+    ///     .policy("login", "5/15m")
+    ///     .block_for(Duration::from_secs(3600))
+    ///     .build()?;
+    /// # Ok::<(), slidegate::middleware::BuildError>(())
+    /// ```
+    pub fn block_for(mut self, block: Duration) -> Self {
+        match self.rules.last_mut() {
+            Some((_, rule)) => {
+                *rule = rule.clone().and_then(|rule| rule.block_for(block));
+            }
+            None => self.block_before_rule = true,
+        }
         self
     }
 
@@ -161,10 +190,19 @@ impl<St, K> RateLimitBuilder<St, K> {
         if count == 0 {
             return Err(BuildError::NoRules);
         }
+        if self.block_before_rule {
+            return Err(BuildError::BlockForWithoutRule);
+        }
         let mut defaults = headers::default_policy_names(count).into_iter();
         let mut policies: Vec<(String, Rule)> = Vec::with_capacity(count);
         for (index, (name, rule)) in self.rules.into_iter().enumerate() {
             let rule = rule.map_err(|source| BuildError::Rule { index, source })?;
+            if rule.reports() && self.max_delay.is_some() {
+                return Err(BuildError::Rule {
+                    index,
+                    source: Error::ReportCannotWait,
+                });
+            }
             let default = defaults.next().unwrap_or_default();
             let name = name.unwrap_or(default);
             headers::check_policy_name(&name)?;

@@ -3,3 +3,4 @@ pub mod cost;
 pub mod redis_log;
 pub mod redis_server;
 pub mod reference;
+pub mod scenarios;

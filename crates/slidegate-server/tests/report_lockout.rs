@@ -1,0 +1,237 @@
+//! Usage reporting (`report: true`, `"report": true`) and lockouts
+//! (`block_for`, `"block_ms"`) through the server, over gRPC and HTTP, on
+//! the memory store and on Redis.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{StoreKind, TestServer};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use http::StatusCode;
+use serde_json::{Value, json};
+use slidegate_server::config::{LiveConfig, LoadOptions};
+use slidegate_server::http::AppState;
+use slidegate_server::response_headers::ResponseHeaders;
+
+const RULES: &str = "\
+domain: api
+descriptors:
+  # Tokens of a model, known once the answer is streamed: checked with
+  # hits_addend 0 before the call, reported with the real count after.
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 100, report: true}
+  # Five failed logins per 500 ms, then locked out for 1.5 s (a scaled
+  # down 5 per 15 minutes, then an hour).
+  - key: login
+    rate_limit: {window: 500ms, requests_per_unit: 5, block_for: 1500ms}
+";
+
+async fn server(kind: StoreKind) -> TestServer {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(dir.path().join("rules.yaml"), RULES).expect("the rules are written");
+    let live = Arc::new(
+        LiveConfig::load(vec![dir.path().to_owned()], LoadOptions::default())
+            .expect("the rules load"),
+    );
+    let store = kind.open().await;
+    let state = AppState::new(store.backend)
+        .with_config(live.current())
+        .with_response_headers(ResponseHeaders::Draft10);
+    TestServer::full(state).await.keeping((store.redis, dir))
+}
+
+fn request(key: &str, value: &str, hits: u32) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "api".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: key.into(),
+                value: value.into(),
+            }],
+            ..RateLimitDescriptor::default()
+        }],
+        hits_addend: hits,
+    }
+}
+
+/// The answer's Retry-After field (draft-10 headers), in seconds.
+fn retry_after(answer: &RateLimitResponse) -> Option<u64> {
+    answer
+        .response_headers_to_add
+        .iter()
+        .find(|h| h.key.eq_ignore_ascii_case("retry-after"))
+        .and_then(|h| h.value.parse().ok())
+}
+
+fn until_reset(answer: &RateLimitResponse) -> Duration {
+    let reset = answer.statuses[0]
+        .duration_until_reset
+        .expect("a duration until reset");
+    Duration::new(reset.seconds as u64, reset.nanos as u32)
+}
+
+async fn acquire(server: &TestServer, body: Value) -> (StatusCode, Value) {
+    let reply = server.post_json("/v1/acquire", &body.to_string()).await;
+    (reply.status, reply.json())
+}
+
+/// Envoy's pattern for a cost known after the response: check with
+/// `hits_addend: 0` before the call (OK while under the limit), report the
+/// real cost with `apply_on_stream_done`; a report of 150 against 100 per
+/// minute is OVER_LIMIT, and the next check is denied until the usage
+/// leaves the window.
+async fn a_reported_cost_over_the_limit_denies_until_it_leaves_the_window(kind: StoreKind) {
+    let server = server(kind).await;
+    let addr = server.grpc_addr.expect("a gRPC listener");
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("a gRPC client");
+    let mut ask = async |hits| {
+        client
+            .should_rate_limit(request("tokens", "ana", hits))
+            .await
+            .expect("an answer")
+            .into_inner()
+    };
+    let before = ask(0).await;
+    assert_eq!(
+        before.overall_code, 1,
+        "a check before the call: {before:?}"
+    );
+    let report = ask(150).await;
+    assert_eq!(report.overall_code, 2, "150 of 100 is over: {report:?}");
+    let after = ask(0).await;
+    assert_eq!(after.overall_code, 2, "the next check is denied: {after:?}");
+    assert_eq!(after.statuses[0].limit_remaining, 0);
+    let reset = until_reset(&after);
+    assert!(
+        reset > Duration::from_secs(58) && reset <= Duration::from_secs(61),
+        "the usage leaves the window a minute after the report: {reset:?}"
+    );
+    assert!(
+        matches!(retry_after(&after), Some(59..=61)),
+        "Retry-After: {after:?}"
+    );
+    // Nothing else: another user is not touched.
+    assert_eq!(ask(0).await.overall_code, 2);
+    let other = client
+        .should_rate_limit(request("tokens", "bo", 0))
+        .await
+        .expect("an answer")
+        .into_inner();
+    assert_eq!(other.overall_code, 1);
+
+    // The same over HTTP, with an ad-hoc rule of the same shape.
+    let rule = json!({"key": "tokens:ana", "limit": 100, "window_ms": 60_000});
+    let with = |cost: u64, report: bool| {
+        let mut body = rule.clone();
+        body["cost"] = cost.into();
+        if report {
+            body["report"] = true.into();
+        }
+        body
+    };
+    let (status, _) = acquire(&server, with(0, false)).await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, body) = acquire(&server, with(150, false)).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "a cost over the limit is refused unless reported"
+    );
+    assert_eq!(body["error"]["code"], "cost_exceeds_limit");
+    let (status, body) = acquire(&server, with(150, true)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let (status, body) = acquire(&server, with(0, false)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    let retry = body["retry_after_ms"].as_u64().expect("retry_after_ms");
+    assert!(
+        (59_000..=60_001).contains(&retry),
+        "until the 150 leave the window: {retry} ms"
+    );
+    assert_eq!(body["remaining"], 0);
+}
+
+#[tokio::test]
+async fn a_reported_cost_over_the_limit_denies_until_it_leaves_the_window_on_memory() {
+    a_reported_cost_over_the_limit_denies_until_it_leaves_the_window(StoreKind::Memory).await;
+}
+
+#[tokio::test]
+async fn a_reported_cost_over_the_limit_denies_until_it_leaves_the_window_on_redis() {
+    a_reported_cost_over_the_limit_denies_until_it_leaves_the_window(StoreKind::Redis).await;
+}
+
+/// The sixth login attempt within the window is denied and locks the user
+/// out for the block, still after the window has passed, and the first
+/// attempt after the block passes. Over gRPC (`block_for` in the rules)
+/// and over HTTP (`"block_ms"`).
+async fn a_login_is_locked_out_after_its_fifth_attempt(kind: StoreKind) {
+    let server = server(kind).await;
+    let addr = server.grpc_addr.expect("a gRPC listener");
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("a gRPC client");
+    let mut ask = async |user: &str| {
+        client
+            .should_rate_limit(request("login", user, 1))
+            .await
+            .expect("an answer")
+            .into_inner()
+    };
+    let body = |user: &str| json!({"key": format!("login:{user}"), "limit": 5, "window_ms": 500, "block_ms": 1_500});
+    for _ in 0..5 {
+        assert_eq!(ask("ana").await.overall_code, 1);
+        assert_eq!(acquire(&server, body("ana")).await.0, StatusCode::OK);
+    }
+    let sixth = ask("ana").await;
+    assert_eq!(sixth.overall_code, 2, "{sixth:?}");
+    let locked = until_reset(&sixth);
+    assert!(
+        locked > Duration::from_millis(1_300) && locked <= Duration::from_millis(1_500),
+        "the sixth attempt starts the block: {locked:?}"
+    );
+    let (status, denied) = acquire(&server, body("ana")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    let retry = denied["retry_after_ms"].as_u64().expect("retry_after_ms");
+    assert!((1_300..=1_500).contains(&retry), "{denied}");
+
+    // The window has passed, the block has not.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let still = ask("ana").await;
+    assert_eq!(
+        still.overall_code, 2,
+        "locked out after the window: {still:?}"
+    );
+    assert!(
+        until_reset(&still) < locked,
+        "denials do not extend the block"
+    );
+    let (status, still) = acquire(&server, body("ana")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{still}");
+    assert_eq!(
+        ask("bo").await.overall_code,
+        1,
+        "another user is not locked out"
+    );
+
+    // After the block.
+    tokio::time::sleep(Duration::from_millis(950)).await;
+    assert_eq!(ask("ana").await.overall_code, 1, "admitted after the block");
+    assert_eq!(acquire(&server, body("ana")).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_login_is_locked_out_after_its_fifth_attempt_on_memory() {
+    a_login_is_locked_out_after_its_fifth_attempt(StoreKind::Memory).await;
+}
+
+#[tokio::test]
+async fn a_login_is_locked_out_after_its_fifth_attempt_on_redis() {
+    a_login_is_locked_out_after_its_fifth_attempt(StoreKind::Redis).await;
+}
