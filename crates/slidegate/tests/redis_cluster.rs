@@ -29,6 +29,7 @@ async fn redis_store_works_on_a_redis_cluster() {
     keys_across_many_slots(&store).await;
     rules_and_keys_sharing_a_hash_tag_decide_atomically(&store).await;
     batches_across_slots_are_decided(&store).await;
+    reports_and_lockouts_across_slots(&store).await;
     reset_finds_the_states_on_the_node_that_owns_the_slot(&store).await;
     script_cache_loss_on_every_node_is_invisible(&cluster, &store).await;
 }
@@ -99,6 +100,55 @@ async fn batches_across_slots_are_decided(store: &RedisStore) {
     assert_eq!(left, [(true, 4), (true, 4), (true, 3)]);
     let d = store.peek("b", &[rule]).await.expect("a decision");
     assert_eq!(d.remaining(), 3);
+}
+
+/// A batch over two slots that one denies: the report in the other slot
+/// is recorded all the same (whether its slot is decided before the
+/// denial, and then not undone, or after it), and the denying rule's
+/// lockout starts. Both orders of the two slots.
+async fn reports_and_lockouts_across_slots(store: &RedisStore) {
+    let tokens = Rule::parse("5/1m").expect("a valid rule");
+    let login = Rule::parse("1/1m")
+        .and_then(|r| r.block_for(Duration::from_secs(3600)))
+        .expect("a valid rule");
+    for (report_tag, lock_tag) in [("s1", "s2"), ("s2", "s1")] {
+        let (report_key, lock_key) = (
+            format!("{{{report_tag}}}:tokens:{lock_tag}"),
+            format!("{{{lock_tag}}}:login:{report_tag}"),
+        );
+        assert!(
+            store
+                .acquire(&lock_key, &[login], 1)
+                .await
+                .expect("decided")
+                .allowed()
+        );
+        let batch = [
+            Hit::new(report_key.as_str(), tokens.reporting(), 3),
+            Hit::new(lock_key.as_str(), login, 1),
+        ];
+        let decisions = store.acquire_batch(&batch).await.expect("decisions");
+        assert!(!decisions[1].allowed(), "{decisions:?}");
+        assert_eq!(
+            decisions[1].retry_after(),
+            Duration::from_secs(3600),
+            "the denial starts the lockout: {decisions:?}"
+        );
+        let left = store.peek(&report_key, &[tokens]).await.expect("decided");
+        assert_eq!(
+            left.remaining(),
+            2,
+            "the report is recorded though the batch was denied ({report_tag} first or not)"
+        );
+        let locked = store
+            .acquire(&lock_key, &[login], 1)
+            .await
+            .expect("decided");
+        assert!(
+            locked.retry_after() > Duration::from_secs(3500),
+            "{locked:?}"
+        );
+    }
 }
 
 async fn reset_finds_the_states_on_the_node_that_owns_the_slot(store: &RedisStore) {

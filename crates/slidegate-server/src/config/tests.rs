@@ -378,6 +378,17 @@ fn the_documented_example_rules_load_and_match() {
     );
     let login = c.lookup("api", &[("path", "/login")]).unwrap();
     assert_eq!(login.limit.unit, Unit::Window(Duration::from_millis(250)));
+    let failures = c.lookup("api", &[("login_failure", "alice")]).unwrap();
+    assert_eq!(
+        failures.limit.enforcement,
+        Enforcement::Rule(
+            Rule::parse("5/15m")
+                .and_then(|r| r.block_for(Duration::from_secs(3600)))
+                .unwrap()
+        )
+    );
+    let tokens = c.lookup("api", &[("tokens", "alice")]).unwrap();
+    assert!(matches!(tokens.limit.enforcement, Enforcement::Rule(r) if r.reports()));
     assert!(
         c.lookup("api", &[("path", "/login"), ("user", "alice")])
             .is_some()
