@@ -57,6 +57,12 @@ pub struct BenchArgs {
     /// The algorithm enforcing --rate.
     #[arg(long, default_value = "sliding_log")]
     pub algorithm: Algorithm,
+    /// Gives the rule a lockout of this long (`Rule::block_for`), e.g. `1h`.
+    #[arg(long, value_parser = parse_duration)]
+    pub block_for: Option<Duration>,
+    /// Makes the rule report usage (`Rule::reporting`): every hit recorded.
+    #[arg(long)]
+    pub report: bool,
     /// Print the result as one JSON object (and no progress bar).
     #[arg(long)]
     pub json: bool,
@@ -128,6 +134,11 @@ where
     S: Store + Clone + 'static,
 {
     let rule = Rule::new(args.rate).with_algorithm(args.algorithm);
+    let rule = if args.report { rule.reporting() } else { rule };
+    let rule = match args.block_for {
+        Some(block) => rule.block_for(block)?,
+        None => rule,
+    };
     let report = match args.target.as_deref() {
         None => {
             let Some(store) = store else {
@@ -180,11 +191,18 @@ async fn http(args: &BenchArgs, target: &str, rule: Rule) -> anyhow::Result<Repo
     let window_ms = rule.window_micros().div_ceil(1_000);
     let limit = rule.limit();
     let algorithm = rule.algorithm().name();
+    let mut options = String::new();
+    if rule.reports() {
+        options.push_str(r#","report":true"#);
+    }
+    if let Some(block) = rule.block() {
+        options.push_str(&format!(r#","block_ms":{}"#, block.as_millis()));
+    }
     let op_name = op.clone();
     Ok(drive(args, target, &op, move |key| {
         let client = client.clone();
         let body = match op_name.as_str() {
-            "acquire" => format!(r#"{{"key":"{key}","limit":{limit},"window_ms":{window_ms},"algorithm":"{algorithm}"}}"#),
+            "acquire" => format!(r#"{{"key":"{key}","limit":{limit},"window_ms":{window_ms},"algorithm":"{algorithm}"{options}}}"#),
             "check" => format!(r#"{{"domain":"bench","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}]}}"#),
             _ => String::new(),
         };
