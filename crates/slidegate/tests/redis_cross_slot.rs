@@ -165,7 +165,7 @@ fn a_batch_its_caller_gave_up_on_is_undone(h: &Harness) {
             common::redis_server::command_on(port, &["DEBUG", "SLEEP", "0.6"])
         })
     };
-    std::thread::sleep(Duration::from_millis(50));
+    common::redis_server::wait_until_asleep(second_master);
     let batch = [
         Hit::new(first.as_str(), r, 1),
         Hit::new(second.as_str(), r, 2),
@@ -224,7 +224,7 @@ fn a_gcra_undo_gives_back_only_what_has_not_drained(h: &Harness) {
     let sleeper = std::thread::spawn(move || {
         common::redis_server::command_on(user_master, &["DEBUG", "SLEEP", "0.5"])
     });
-    std::thread::sleep(Duration::from_millis(50));
+    common::redis_server::wait_until_asleep(user_master);
     let batch = {
         let (store, tenant, user) = (store.clone(), tenant.clone(), user.clone());
         h.runtime.spawn(async move {

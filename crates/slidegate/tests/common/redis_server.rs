@@ -361,6 +361,28 @@ pub fn command_on(port: u16, args: &[&str]) -> Option<String> {
     command(port, args)
 }
 
+/// Returns once the server on `port` stops answering a PING within 20 ms
+/// (a `DEBUG SLEEP` sent by another thread has begun), or after 5 s.
+/// A test that needs the server asleep waits for it rather than for a
+/// fixed time a loaded machine may not honour.
+pub fn wait_until_asleep(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+            continue;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(20)));
+        if stream.write_all(b"PING\r\n").is_err() {
+            continue;
+        }
+        let mut reply = [0u8; 7];
+        match stream.read(&mut reply) {
+            Ok(_) => std::thread::sleep(Duration::from_millis(2)),
+            Err(_) => return,
+        }
+    }
+}
+
 /// Runs one command whose reply is an array (of strings, or of arrays of
 /// them) and returns its strings, flattened; `None` on an error or nil.
 fn command_fields(server: &RedisServer, args: &[&str]) -> Option<Vec<String>> {
