@@ -119,7 +119,7 @@ pub(crate) fn decide_all(
     if !decisions.iter().all(Decision::allowed) {
         if hits.iter().any(LockedHit::has_options) {
             let before = decisions.clone();
-            start_blocks(keys, hits, &before, now, bounds)?;
+            start_blocks(keys, hits, &before, now, bounds);
             record_reports(keys, hits, &checked.pairs, now, bounds)?;
             report_state(keys, hits, &mut decisions, now, bounds);
             for ((hit, decision), before) in hits.iter().zip(&mut decisions).zip(before) {
@@ -142,23 +142,26 @@ pub(crate) fn decide_all(
 /// Locks out, until its block ends, every key whose rule has a lockout
 /// and denied its own consuming hit (`before`), unless already locked
 /// out: a block is never extended by the denials it causes.
+///
+/// A block the store has no room for (its byte or rule bound) is not
+/// kept, and the denial stands: failing the decision instead would hand
+/// a denied request to the failure policy, which may let it through.
 pub(super) fn start_blocks(
     keys: &mut Locked<'_, '_>,
     hits: &[LockedHit],
     before: &[Decision],
     now: u64,
     bounds: &Bounds,
-) -> Result<()> {
+) {
     for (hit, before) in hits.iter().zip(before) {
         if hit.block_us == 0 || hit.cost == 0 || before.allowed() {
             continue;
         }
         let (slot, rules) = keys.get(hit.key);
         if slot.blocked_until(hit.rule) <= now {
-            slot.start_block(hit.rule, now + hit.block_us, now, bounds, rules)?;
+            let _ = slot.start_block(hit.rule, now + hit.block_us, now, bounds, rules);
         }
     }
-    Ok(())
 }
 
 /// The answers of a refused batch's hits under a lockout that runs now

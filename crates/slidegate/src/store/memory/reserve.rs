@@ -45,7 +45,7 @@ pub(crate) fn reserve_all(
     if !at_once && wait > max_wait {
         // Refused: a denial like any other, which starts the lockouts of
         // the rules that denied.
-        start_blocks(keys, hits, &decisions, now, bounds)?;
+        start_blocks(keys, hits, &decisions, now, bounds);
         report_state(keys, hits, &mut decisions, now, bounds);
         answer_blocks(keys, hits, &mut decisions, now);
         return Ok(Reserved {
