@@ -8,8 +8,10 @@
 # block).
 #
 # Reported per case: the median decisions/s and, for Redis, Redis' own CPU
-# per EVALSHA (INFO commandstats usec_per_call: steadier on a shared
-# machine than throughput), with the range over the rounds. The local deny
+# per decision (the EVALSHA time of INFO commandstats over the decisions
+# made: steadier on a shared machine than throughput, and unlike the time
+# per call not changed by how many decisions a coalesced call holds), with
+# the range over the rounds. The local deny
 # cache is off (it would answer the hot key's denials without Redis).
 #
 #   scripts/bench-options.sh
@@ -83,8 +85,9 @@ for round in $(seq "$ROUNDS"); do
         RATE[$load/$store/$case]+=" $rate"
         if [ "$store" = redis ]; then
           usec=$(cli INFO commandstats | tr -d '\r' |
-            sed -n 's/^cmdstat_evalsha:.*usec_per_call=\([0-9.]*\).*/\1/p')
-          USEC[$load/$store/$case]+=" $usec"
+            sed -n 's/^cmdstat_evalsha:.*,usec=\([0-9]*\),.*/\1/p')
+          requests=$(sed -n 's/.*"requests":\([0-9]*\).*/\1/p' <<<"$out")
+          USEC[$load/$store/$case]+=" $(awk -v u="$usec" -v n="$requests" 'BEGIN { printf "%.2f", u / n }')"
         fi
       done
     done
@@ -92,7 +95,7 @@ for round in $(seq "$ROUNDS"); do
   echo "bench-options: round $round of $ROUNDS done (load $(cut -d' ' -f1 /proc/loadavg))" >&2
 done
 
-echo "| load | store | rule | decisions/s (median, range) | Redis µs per EVALSHA (median, range) |"
+echo "| load | store | rule | decisions/s (median, range) | Redis µs per decision (median, range) |"
 echo "|---|---|---|---|---|"
 for load in keys hot; do
   for store in memory redis; do

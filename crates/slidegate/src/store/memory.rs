@@ -559,11 +559,6 @@ where
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
         check_cost(rules, cost)?;
-        if rules.iter().any(Rule::has_options) {
-            let hits: Vec<Hit<'_, Q>> = rules.iter().map(|&rule| Hit { key, rule, cost }).collect();
-            let decisions = self.decide_hits(&hits)?;
-            return Decision::combine(&decisions).ok_or(Error::NoRules);
-        }
         let inner = &*self.inner;
         match inner.acquire(key, rules, cost) {
             Err(full @ Error::StoreFull { .. }) => {
@@ -827,7 +822,11 @@ fn decide_key(
     cost: u64,
     bounds: &Bounds,
 ) -> Result<Decision> {
-    if let [rule] = rules {
+    // A rule with options (a report, a lockout) takes the batch's steps,
+    // which know them; the common rule keeps its own.
+    if let [rule] = rules
+        && !rule.has_options()
+    {
         return slot.decide_one(*rule, now, cost, bounds, held);
     }
     let hits: Vec<LockedHit> = rules
