@@ -33,6 +33,12 @@ enum Op {
         cost: Cost,
         max_wait: u64,
     },
+    /// A reservation of several hits, possibly on different keys and
+    /// rules, all-or-nothing, at one time for all of them.
+    ReserveBatch {
+        hits: Vec<(usize, usize, Cost)>,
+        max_wait: u64,
+    },
     Sweep,
     Reset(usize),
 }
@@ -59,9 +65,19 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
         1 => prop::collection::vec((0..KEYS.len(), 0..rules, small_cost()), 12..=40).prop_map(Op::Batch),
         3 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost(), prop_oneof![Just(0u64), 0u64..5_000, 0u64..4_000_000])
             .prop_map(|(key, rules, cost, max_wait)| Op::Reserve { key, rules, cost, max_wait }),
+        3 => (prop::collection::vec((0..KEYS.len(), 0..rules, cost()), 1..=4), max_wait())
+            .prop_map(|(hits, max_wait)| Op::ReserveBatch { hits, max_wait }),
+        // Long ones too, hashed by the store as long batches are.
+        1 => (prop::collection::vec((0..KEYS.len(), 0..rules, small_cost()), 12..=40), max_wait())
+            .prop_map(|(hits, max_wait)| Op::ReserveBatch { hits, max_wait }),
         1 => Just(Op::Sweep),
         1 => (0..KEYS.len()).prop_map(Op::Reset),
     ]
+}
+
+/// No wait, a few ms, or seconds: from none to several windows.
+fn max_wait() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0u64), 0u64..5_000, 0u64..4_000_000]
 }
 
 /// Mostly 0 or 1, sometimes any cost.
@@ -128,6 +144,22 @@ proptest! {
                         .reserve(KEYS[*key], &rs, c, Duration::from_micros(*max_wait))
                         .map(|r| (r.decision(), r.granted().then_some(r.wait().as_micros() as u64)));
                     let want = reference.reserve(clock_now(&clock), KEYS[*key], &rs, c, *max_wait);
+                    prop_assert_eq!(got, want, "step {} {:?}", step, op);
+                }
+                Op::ReserveBatch { hits, max_wait } => {
+                    let resolved: Vec<(String, Rule, u64)> = hits
+                        .iter()
+                        .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].limit())))
+                        .collect();
+                    let batch: Vec<Hit<'_>> =
+                        resolved.iter().map(|(k, r, c)| Hit::new(k.as_str(), *r, *c)).collect();
+                    let got = store
+                        .reserve_batch(&batch, Duration::from_micros(*max_wait))
+                        .map(|r| {
+                            let wait = r.granted().then_some(r.wait().as_micros() as u64);
+                            (r.into_decisions(), wait)
+                        });
+                    let want = reference.reserve_batch(clock_now(&clock), &resolved, *max_wait);
                     prop_assert_eq!(got, want, "step {} {:?}", step, op);
                 }
                 Op::Sweep => {

@@ -62,6 +62,12 @@ enum Op {
         cost: Cost,
         max_wait: u64,
     },
+    /// A reservation of several hits, possibly on different keys and
+    /// rules, all-or-nothing, at one time for all of them.
+    ReserveBatch {
+        hits: Vec<(usize, usize, Cost)>,
+        max_wait: u64,
+    },
 }
 
 fn rule() -> impl Strategy<Value = Rule> {
@@ -99,6 +105,19 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
         1 => (0..KEYS.len()).prop_map(Op::Reset),
         3 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost(), prop_oneof![Just(0u64), 0u64..5_000, 0u64..4_000_000])
             .prop_map(|(key, rules, cost, max_wait)| Op::Reserve { key, rules, cost, max_wait }),
+        3 => (prop::collection::vec((0..KEYS.len(), 0..rules, cost()), 1..=4), reserve_batch_wait())
+            .prop_map(|(hits, max_wait)| Op::ReserveBatch { hits, max_wait }),
+    ]
+}
+
+/// No wait, a few ms, seconds, or longer than a reservation may wait
+/// (read as that longest wait).
+fn reserve_batch_wait() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        1 => Just(0u64),
+        2 => 0u64..5_000,
+        2 => 0u64..4_000_000,
+        1 => Just(300_000_000u64),
     ]
 }
 
@@ -248,6 +267,18 @@ impl Harness {
                     let got = runtime.block_on(redis.reserve(key, &rs, c, max_wait));
                     prop_assert_eq!(got, want, "{:?} at {}", what, clock.now_micros());
                 }
+                Op::ReserveBatch { hits, max_wait } => {
+                    let batch: Vec<Hit<'_>> = hits
+                        .iter()
+                        .map(|&(k, r, c)| {
+                            Hit::new(keys[k].as_str(), rules[r], c.resolve(rules[r].limit()))
+                        })
+                        .collect();
+                    let max_wait = Duration::from_micros(*max_wait);
+                    let want = runtime.block_on(Store::reserve_batch(&memory, &batch, max_wait));
+                    let got = runtime.block_on(redis.reserve_batch(&batch, max_wait));
+                    prop_assert_eq!(got, want, "{:?} at {}", what, clock.now_micros());
+                }
                 Op::Batch(hits) => {
                     let batch: Vec<Hit<'_>> = hits
                         .iter()
@@ -352,6 +383,49 @@ fn an_entry_exactly_a_window_old_still_counts_after_older_ones_are_trimmed() {
     for start in [0, 1_763_800_000_000_000] {
         harness
             .run_case(start, &[rule], &ops)
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A refused batch records nothing, in either store: the memory store once
+/// kept fresh states for the batch's new keys, and a probe then rolled a
+/// fixed window's state to the window of its time, so that after the clock
+/// stepped back the memory store judged that key in the later window while
+/// Redis, holding nothing, judged it in the window of the clock.
+#[test]
+fn a_refused_batch_leaves_no_state_for_its_new_keys() {
+    let rule = Rule::parse("7/1s")
+        .expect("a valid rule")
+        .with_algorithm(Algorithm::FixedWindow);
+    let fresh_and_full = vec![(3, 0, Cost::Fixed(1)), (2, 0, Cost::Fixed(2))];
+    let refused = [
+        Op::Batch(fresh_and_full.clone()),
+        Op::ReserveBatch {
+            hits: fresh_and_full,
+            max_wait: 0,
+        },
+    ];
+    let mut harness = Harness::new();
+    for refusal in refused {
+        let ops = [
+            Op::Advance(1),
+            Op::Acquire {
+                key: 2,
+                rules: vec![0],
+                cost: Cost::Fixed(6),
+            },
+            refusal,
+            Op::AdvanceWindow(0, 0),
+            Op::Batch(vec![(3, 0, Cost::Fixed(0))]),
+            Op::Back(2),
+            Op::Acquire {
+                key: 3,
+                rules: vec![0],
+                cost: Cost::Fixed(1),
+            },
+        ];
+        harness
+            .run_case(0, &[rule], &ops)
             .unwrap_or_else(|e| panic!("{e}"));
     }
 }

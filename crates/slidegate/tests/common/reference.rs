@@ -221,6 +221,103 @@ impl Reference {
         Ok((combine(&decisions), wait))
     }
 
+    /// Same contract as `Store::reserve_batch`: one decision per hit, and
+    /// the wait in µs when granted. Found by its own search, over the
+    /// time at which every hit fits at once (not through the hits'
+    /// `retry_after`, as the stores find it).
+    pub fn reserve_batch(
+        &mut self,
+        now: u64,
+        hits: &[(String, Rule, u64)],
+        max_wait: u64,
+    ) -> Result<(Vec<Decision>, Option<u64>), Error> {
+        if hits.is_empty() {
+            return Err(Error::NoRules);
+        }
+        for (_, rule, cost) in hits {
+            if *cost > rule.limit() {
+                return Err(Error::CostExceedsLimit {
+                    cost: *cost,
+                    limit: rule.limit(),
+                });
+            }
+        }
+        let max_wait = max_wait.min(slidegate::store::MAX_WAIT.as_micros() as u64);
+        // A plain batch at `now`: its errors, and its answer when every
+        // hit fits at once.
+        let mut copy = self.clone();
+        let plain = copy.batch_unchecked(now, hits)?;
+        if plain.iter().all(|d| d.allowed()) {
+            *self = copy;
+            return Ok((plain, Some(0)));
+        }
+        let at = self.earliest_fit(now, hits);
+        if at - now > max_wait {
+            return Ok((plain, None));
+        }
+        for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0) {
+            let log = self.logs.entry((key.clone(), *rule)).or_default();
+            let recorded = at.max(log.last().unwrap_or(0));
+            log.0.push((recorded, *cost));
+        }
+        let empty = Admissions::default();
+        let decisions = hits
+            .iter()
+            .map(|(k, r, _)| {
+                let log = self.logs.get(&(k.clone(), *r)).unwrap_or(&empty);
+                let d = decide_one(Model { rule: *r, log }, now, 0);
+                Decision::from_parts(
+                    true,
+                    d.limit(),
+                    d.remaining(),
+                    0,
+                    d.reset_after().as_micros() as u64,
+                )
+            })
+            .collect();
+        Ok((decisions, Some(at - now)))
+    }
+
+    /// The least time from `now` at which every hit fits its log, each
+    /// asking its own cost plus the costs of the hits before it on the
+    /// same (key, rule) (a probe asks one unit). A window counter whose
+    /// newest admission lies in a later window admits nothing before that
+    /// window begins.
+    fn earliest_fit(&self, now: u64, hits: &[(String, Rule, u64)]) -> u64 {
+        let empty = Admissions::default();
+        let needs: Vec<(Model<'_>, u64)> = hits
+            .iter()
+            .enumerate()
+            .map(|(i, (key, rule, cost))| {
+                let before: u64 = hits[..i]
+                    .iter()
+                    .filter(|(k, r, _)| k == key && r == rule)
+                    .map(|(_, _, c)| c)
+                    .sum();
+                let asked = if *cost == 0 { 1 } else { before + cost };
+                let log = self.logs.get(&(key.clone(), *rule)).unwrap_or(&empty);
+                (Model { rule: *rule, log }, asked)
+            })
+            .collect();
+        let not_before = |m: &Model<'_>| match m.rule.algorithm() {
+            Algorithm::FixedWindow | Algorithm::SlidingCounter => {
+                let last = m.log.last().unwrap_or(0);
+                last - last % m.w()
+            }
+            _ => 0,
+        };
+        let horizon = needs
+            .iter()
+            .map(|(m, _)| m.horizon(now))
+            .max()
+            .unwrap_or(now);
+        least(now, horizon, |s| {
+            needs
+                .iter()
+                .all(|(m, asked)| s >= not_before(m) && m.passes(s, *asked))
+        })
+    }
+
     fn reserve_unchecked(
         &mut self,
         now: u64,
