@@ -35,14 +35,9 @@ descriptors:
       requests_per_unit: 100
 YAML
 
-wait_port() {
-  for _ in $(seq 600); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "bench-instructions: nothing listens on $1" >&2
-  exit 1
-}
+# free_port, wait_port, cpu_ticks.
+# shellcheck source=scripts/lib/ports.sh
+source "$(dirname "$0")/lib/ports.sh"
 
 echo "| case | A instructions/request | B instructions/request | B/A |"
 echo "|---|---|---|---|"
@@ -51,15 +46,16 @@ for case in $CASES; do
   for side in A B; do
     binary=$A
     [ "$side" = B ] && binary=$B
-    http=$((20000 + RANDOM % 20000))
-    grpc=$((http + 1))
+    http=$(free_port)
+    grpc=$(free_port)
     out="$WORK/callgrind.$side.$case"
     valgrind --tool=callgrind --callgrind-out-file="$out" \
       "$binary" serve --store memory --config "$WORK/bench.yaml" \
       --http-addr "127.0.0.1:$http" --grpc-addr "127.0.0.1:$grpc" >"$WORK/serve.log" 2>&1 &
     PID=$!
-    wait_port "$http"
-    wait_port "$grpc"
+    # Under valgrind a server takes a while to listen.
+    wait_port "$http" 60
+    wait_port "$grpc" 60
     case $case in
       acquire | healthz) target=http://127.0.0.1:$http ;;
       *) target=grpc://127.0.0.1:$grpc ;;

@@ -122,22 +122,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free port: nothing answers a TCP connection on it (nor on the cluster
-# bus port, 10000 above it).
-free_port() {
-  local candidate
-  for _ in $(seq 100); do
-    candidate=$((20000 + RANDOM % 20000))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$candidate") 2>/dev/null &&
-      ! (exec 3<>"/dev/tcp/127.0.0.1/$((candidate + 10000))") 2>/dev/null; then
-      echo "$candidate"
-      return 0
-    fi
-  done
-  echo "bench-redis: no free port found" >&2
-  exit 1
-}
-PORT=$(free_port)
+# free_port, wait_port, cpu_ticks.
+# shellcheck source=scripts/lib/ports.sh
+source scripts/lib/ports.sh
+PORT=$(free_port 10000)
 
 start_redis() {
   "$@" redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no \
@@ -447,7 +435,7 @@ done
 CLUSTER_PORTS=()
 if [ "$cluster" = 1 ]; then
   for n in 1 2 3; do
-    port=$(free_port)
+    port=$(free_port 10000)
     mkdir -p "$WORK/node$n"
     redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
       --dir "$WORK/node$n" --logfile "$WORK/node$n/redis.log" --cluster-enabled yes \

@@ -50,13 +50,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 20000))
-    ss -ltn "sport = :$port" | grep -q LISTEN || { echo "$port"; return; }
-  done
-}
+# free_port, wait_port, cpu_ticks.
+# shellcheck source=scripts/lib/ports.sh
+source scripts/lib/ports.sh
 
 serve() { # serve FLAGS...: starts the server, sets HTTP and server_pid
   HTTP="127.0.0.1:$(free_port)"

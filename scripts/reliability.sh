@@ -47,13 +47,9 @@ trap cleanup EXIT
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-free_port() {
-  local port
-  while :; do
-    port=$((20000 + RANDOM % 20000))
-    ss -ltn "sport = :$port" | grep -q LISTEN || { echo "$port"; return; }
-  done
-}
+# free_port, wait_port, cpu_ticks.
+# shellcheck source=scripts/lib/ports.sh
+source scripts/lib/ports.sh
 
 REDIS_PORT=$(free_port)
 redis_pid=
