@@ -200,6 +200,18 @@ async fn a_login_is_locked_out_after_its_fifth_attempt(kind: StoreKind) {
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     let retry = denied["retry_after_ms"].as_u64().expect("retry_after_ms");
     assert!((1_300..=1_500).contains(&retry), "{denied}");
+    // The state, with the lockout, consuming nothing.
+    let state = server
+        .get("/v1/keys/login:ana?limit=5&window_ms=500&block_ms=1500")
+        .await
+        .json();
+    assert_eq!(state["allowed"], false, "{state}");
+    assert!(
+        state["retry_after_ms"]
+            .as_u64()
+            .is_some_and(|ms| ms > 1_200),
+        "{state}"
+    );
 
     // The window has passed, the block has not.
     tokio::time::sleep(Duration::from_millis(700)).await;

@@ -58,7 +58,7 @@ const ACQUIRE_FIELDS: [&str; 9] = [
     "block_ms",
 ];
 const RULE_FIELDS: [&str; 5] = ["limit", "window_ms", "algorithm", "report", "block_ms"];
-const PEEK_PARAMS: [&str; 3] = ["limit", "window_ms", "algorithm"];
+const PEEK_PARAMS: [&str; 4] = ["limit", "window_ms", "algorithm", "block_ms"];
 
 /// Parses the body of `POST /v1/acquire`:
 /// `{"key":"k","limit":100,"window_ms":60000,"cost":1,"algorithm":"sliding_log"}`,
@@ -314,7 +314,8 @@ mod fast {
 }
 
 /// Parses the query of `GET /v1/keys/{key}`: `limit`, `window_ms` and an
-/// optional `algorithm`, each at most once, within the ad-hoc `bounds`.
+/// optional `algorithm` and `block_ms` (to see the key's lockout under a
+/// rule that has one), each at most once, within the ad-hoc `bounds`.
 pub fn parse_peek(
     key: String,
     query: Vec<(String, String)>,
@@ -324,7 +325,7 @@ pub fn parse_peek(
         .into_iter()
         .map(|(name, value)| (name, Node::String(value)))
         .collect();
-    let [limit, window_ms, algorithm] = pick(members, &PEEK_PARAMS, "")?;
+    let [limit, window_ms, algorithm, block_ms] = pick(members, &PEEK_PARAMS, "")?;
     // Digits only: `u64::from_str` would also take a leading `+`.
     let number = |node: Option<Node>| match node {
         Some(Node::String(text)) => match text.parse::<u64>() {
@@ -334,7 +335,9 @@ pub fn parse_peek(
         other => other,
     };
     let algorithm = parse_algorithm(algorithm)?;
-    let rule = parse_rule(number(limit), number(window_ms), algorithm, bounds)?;
+    let block = parse_block(number(block_ms), bounds)?.unwrap_or(Duration::ZERO);
+    let rule = parse_rule(number(limit), number(window_ms), algorithm, bounds)
+        .and_then(|rule| with_options(rule, false, block))?;
     Ok(PeekRequest { key, rule })
 }
 
@@ -764,6 +767,21 @@ mod tests {
                 .code()
         };
         assert_eq!(code(&[("limit", "5")]), ErrorCode::MissingField);
+        let locked = parse_peek(
+            "k".into(),
+            query(&[
+                ("limit", "5"),
+                ("window_ms", "900000"),
+                ("block_ms", "3600000"),
+            ]),
+            &Bounds::default(),
+        )
+        .unwrap();
+        assert_eq!(locked.rule.block(), Some(Duration::from_secs(3600)));
+        assert_eq!(
+            code(&[("limit", "5"), ("window_ms", "1"), ("block_ms", "soon")]),
+            ErrorCode::InvalidBlock
+        );
         assert_eq!(
             code(&[("limit", "+5"), ("window_ms", "1")]),
             ErrorCode::InvalidLimit
