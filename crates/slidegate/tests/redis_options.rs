@@ -403,3 +403,51 @@ fn reported_usage_over_the_limit_is_denied_until_it_leaves_the_window_on_redis()
     let (_server, runtime, store, clock) = client_clock_store();
     runtime.block_on(common::scenarios::reported_usage(&store, &clock));
 }
+
+/// Many lockout requests on one key at once: the coalesced call decides
+/// them one after the other, and the first denial starts the block that
+/// every later one answers.
+#[test]
+fn lockout_requests_sent_at_once_are_decided_in_one_call_each_with_the_block() {
+    let server = RedisServer::start();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let store = runtime
+        .block_on(RedisStore::builder(server.url()).build())
+        .expect("the Redis store connects");
+    // Up to 4 calls go out alone while none is back (see coalesce.rs):
+    // with a limit of 10 the first denial is decided in a coalesced call.
+    let rule = Rule::parse("10/1s")
+        .and_then(|r| r.block_for(Duration::from_secs(3600)))
+        .expect("a valid rule");
+    let requests: Vec<(String, Rule, u64)> =
+        (0..40).map(|_| ("login:x".to_owned(), rule, 1)).collect();
+    let decisions = runtime.block_on(all_at_once(&store, &requests));
+    let decisions: Vec<slidegate::Decision> =
+        decisions.into_iter().map(|d| d.expect("decided")).collect();
+    assert_eq!(decisions.iter().filter(|d| d.allowed()).count(), 10);
+    for denied in decisions.iter().filter(|d| !d.allowed()) {
+        assert!(
+            denied.retry_after() > Duration::from_secs(3500),
+            "every denial answers the block: {denied:?}"
+        );
+    }
+    let mut redis = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .expect("a plain connection");
+    let calls: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut redis)
+        .expect("INFO");
+    let evalsha = calls
+        .lines()
+        .find(|l| l.starts_with("cmdstat_evalsha:"))
+        .and_then(|l| l.split("calls=").nth(1))
+        .and_then(|l| l.split(',').next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .expect("EVALSHA calls");
+    assert!(evalsha < 40, "the requests were coalesced: {evalsha} calls");
+}

@@ -375,9 +375,9 @@ pub fn wait_until_asleep(port: u16) {
         if stream.write_all(b"PING\r\n").is_err() {
             continue;
         }
-        let mut reply = [0u8; 7];
-        match stream.read(&mut reply) {
-            Ok(_) => std::thread::sleep(Duration::from_millis(2)),
+        // Any byte of the answer: awake.
+        match stream.read_exact(&mut [0u8; 1]) {
+            Ok(()) => std::thread::sleep(Duration::from_millis(2)),
             Err(_) => return,
         }
     }

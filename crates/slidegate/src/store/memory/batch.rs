@@ -117,6 +117,7 @@ pub(crate) fn decide_all(
     let checked = check_all(keys, hits, now, bounds)?;
     let mut decisions = checked.decisions;
     if !decisions.iter().all(Decision::allowed) {
+        forget_created(keys, hits, &checked.created, now, bounds);
         if hits.iter().any(LockedHit::has_options) {
             let before = decisions.clone();
             start_blocks(keys, hits, &before, now, bounds);
@@ -160,6 +161,24 @@ pub(super) fn start_blocks(
         let (slot, rules) = keys.get(hit.key);
         if slot.blocked_until(hit.rule) <= now {
             let _ = slot.start_block(hit.rule, now + hit.block_us, now, bounds, rules);
+        }
+    }
+}
+
+/// Drops the states a refused decision made and recorded nothing in (a
+/// report records): a refusal leaves no new state behind, as on Redis,
+/// where such a state is never written.
+pub(super) fn forget_created(
+    keys: &mut Locked<'_, '_>,
+    hits: &[LockedHit],
+    created: &[bool],
+    now: u64,
+    bounds: &Bounds,
+) {
+    for (hit, &created) in hits.iter().zip(created) {
+        if created && !hit.report {
+            let (slot, rules) = keys.get(hit.key);
+            slot.forget_if_idle(hit.rule, now, bounds, rules);
         }
     }
 }
@@ -218,16 +237,19 @@ pub(super) struct Checked<'a> {
     pub(super) asked: Vec<u64>,
     /// Per hit: what a check at `now` answers.
     pub(super) decisions: Vec<Decision>,
+    /// Per hit: its state was made by this check (it held none).
+    pub(super) created: Vec<bool>,
 }
 
 /// Checks every hit at `now`, the costs of earlier hits on the same
 /// (key, rule) included; a total above the limit is an error.
 ///
-/// A consuming hit's state is added before it is checked, even if the
-/// batch is then denied, as the Redis store does: a check may move a
-/// state's clock (a window rolled forward), which later decisions see
-/// when the clock steps back. A state the batch uses is never replaced
-/// to make room for another.
+/// A consuming hit's state is added before it is checked; a refused
+/// batch then drops the states it added and recorded nothing in
+/// ([`forget_created`]), as the Redis store never writes them: a check
+/// may move a fresh state's clock (a window rolled forward), which later
+/// decisions would see when the clock steps back. A state the batch uses
+/// is never replaced to make room for another.
 pub(super) fn check_all<'a>(
     keys: &mut Locked<'_, '_>,
     hits: &'a [LockedHit],
@@ -249,8 +271,10 @@ pub(super) fn check_all<'a>(
         asked.push(if hit.cost == 0 { 0 } else { total });
     }
     let mut decisions = Vec::with_capacity(hits.len());
+    let mut created = Vec::with_capacity(hits.len());
     for (hit, &total) in hits.iter().zip(&asked) {
         let (slot, rules) = keys.get(hit.key);
+        created.push(hit.cost > 0 && !slot.holds(hit.rule, rules));
         if hit.has_options() && hit.cost > 0 {
             slot.box_all(bounds, rules)?;
         }
@@ -275,6 +299,7 @@ pub(super) fn check_all<'a>(
         pairs,
         asked,
         decisions,
+        created,
     })
 }
 

@@ -11,7 +11,8 @@
 //! request never passes ahead of one that waits.
 
 use super::batch::{
-    Locked, LockedHit, answer_blocks, check_all, record_all, report_state, start_blocks,
+    Locked, LockedHit, answer_blocks, check_all, forget_created, record_all, report_state,
+    start_blocks,
 };
 use super::bounds::Bounds;
 use crate::decision::Decision;
@@ -45,6 +46,7 @@ pub(crate) fn reserve_all(
     if !at_once && wait > max_wait {
         // Refused: a denial like any other, which starts the lockouts of
         // the rules that denied.
+        forget_created(keys, hits, &checked.created, now, bounds);
         start_blocks(keys, hits, &decisions, now, bounds);
         report_state(keys, hits, &mut decisions, now, bounds);
         answer_blocks(keys, hits, &mut decisions, now);

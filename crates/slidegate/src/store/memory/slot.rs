@@ -177,7 +177,7 @@ impl Slot {
     }
 
     /// True when the slot holds a state for `rule`.
-    fn holds(&self, rule: Rule, rules: &RuleTable) -> bool {
+    pub(crate) fn holds(&self, rule: Rule, rules: &RuleTable) -> bool {
         match self {
             Slot::Empty { .. } => false,
             Slot::Many(states) => states.holds(rule),
@@ -428,6 +428,29 @@ impl Slot {
         match self {
             Slot::Many(states) => states.blocked_until(rule),
             _ => 0,
+        }
+    }
+
+    /// Drops the state of `rule` if it is idle at `now` (equivalent to a
+    /// fresh one): what a refused decision does with the states it made,
+    /// so that, as on Redis, a refusal leaves no new state behind.
+    pub(crate) fn forget_if_idle(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        bounds: &Bounds,
+        rules: &RuleTable,
+    ) {
+        match self {
+            Slot::Empty { .. } => {}
+            Slot::Many(states) => states.forget_if_idle(rule, now, bounds),
+            one => {
+                if one.rule_id().is_some_and(|id| rules.is(id, rule)) && one.is_idle(now, rules) {
+                    let freed = one.heap_bytes();
+                    *one = Slot::empty(one.key_bytes() as u32);
+                    bounds.credit(freed);
+                }
+            }
         }
     }
 

@@ -186,6 +186,16 @@ impl KeyStates {
         Ok(&mut idle.1)
     }
 
+    /// Drops the state of `rule` if it is idle at `now`.
+    pub(crate) fn forget_if_idle(&mut self, rule: Rule, now: u64, bounds: &Bounds) {
+        if let Some(index) = self.position(rule)
+            && self.states[index].1.is_idle(rule.rate(), now)
+        {
+            let (_, state) = self.states.remove(index);
+            bounds.credit(state.heap_bytes());
+        }
+    }
+
     /// True when every state may be dropped at `now` without changing any answer.
     pub(crate) fn is_idle(&self, now: u64) -> bool {
         self.states

@@ -21,17 +21,35 @@
 -- `TIME` is read once, by the prelude: every decision of the call is
 -- decided at the same microsecond.
 
--- One hit of another algorithm than the sliding log, or one the inline
--- sliding log left to the general code (the same steps as the plain call's
--- in main.lua).
-local function decide_one(index, algorithm_code, limit, window, c)
-  local algorithm = build(algorithm_code)
+-- One hit of another algorithm than the sliding log, one with a lockout
+-- (code: the algorithm's plus 8 * the lockout), or one the inline sliding
+-- log left to the general code (the same steps as the plain call's in
+-- main.lua).
+local function decide_one(index, code, limit, window, c)
+  local block = math.floor(code / 8)
+  local algorithm = build(code % 4)
   local st = algorithm.load(index, limit, window)
   local allowed, _, remaining, retry, reset = algorithm.check(st, now, c)
-  if allowed == 1 and c > 0 then
-    algorithm.record(st, now, c)
+  local blocked = 0
+  if block > 0 then
+    blocked = tonumber(redis.call('GET', st.key .. ':block')) or 0
+    if blocked <= now and allowed == 0 and c > 0 then
+      blocked = now + block
+      redis.call('SET', st.key .. ':block', format('%d', blocked), 'PX',
+        format('%d', ttl_ms(blocked, now, margin)))
+    end
   end
-  if st.dirty and (st.existed or c > 0) then
+  if blocked > now then
+    local rest = blocked - now
+    if allowed == 1 or retry < rest then
+      retry = rest
+    end
+    allowed, remaining, reset = 0, 0, math.max(reset, rest)
+  elseif allowed == 1 and c > 0 then
+    algorithm.record(st, now, c)
+    st.kept = true
+  end
+  if st.dirty and (st.existed or st.kept) then
     algorithm.save(st, now, margin)
   end
   return bpack('<dddd', allowed, remaining, retry, reset)
@@ -66,7 +84,8 @@ for d = 1, n do
     at = at + 48
     local key = KEYS[base + 1]
     local seen = unchanged[key]
-    if seen and seen[1] == c then
+    -- A hit with a lockout reads its block too: never answered from memory.
+    if seen and seen[1] == c and algorithm_code < 4 then
       reply = seen[2]
     else
       unchanged[key] = nil

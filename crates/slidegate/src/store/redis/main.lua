@@ -19,7 +19,7 @@
 --     never will; then answer as a check.
 --
 -- a sixth, mode 6: a plain decision in the batch layout followed by one
--- unused number (what hits with options take even when there is one),
+-- unused number (what a hit that reports takes even alone),
 -- and a fifth, on one slot, with the batch layout followed by the longest
 -- wait (µs) in place of the journal's lifetime, and no journal key:
 --
@@ -48,16 +48,35 @@ if n < 0 then
   n = -n % 1048576
 end
 
--- Mode 6: a plain decision sent in the batch layout (its trailing number
--- unused), for hits with options even when there is one.
-if mode == 0 and n == 1 and code < 4 then
-  local algorithm = build(code)
+-- One hit of another algorithm, or with a lockout: its code is the
+-- algorithm's plus 8 * the lockout (µs), see decide() below; a hit that
+-- reports comes in the batch layout (mode 6), even alone. The lockout's
+-- steps are decide()'s for one hit, without its tables.
+if mode == 0 and n == 1 then
+  local block = math.floor(code / 8)
+  local algorithm = build(code % 4)
   local st = algorithm.load(1, L, W)
   local allowed, _, remaining, retry, reset = algorithm.check(st, now, cost)
-  if allowed == 1 and cost > 0 then
-    algorithm.record(st, now, cost)
+  local blocked = 0
+  if block > 0 then
+    blocked = tonumber(redis.call('GET', st.key .. ':block')) or 0
+    if blocked <= now and allowed == 0 and cost > 0 then
+      blocked = now + block
+      redis.call('SET', st.key .. ':block', format('%d', blocked), 'PX',
+        format('%d', ttl_ms(blocked, now, margin)))
+    end
   end
-  if st.dirty and (st.existed or cost > 0) then
+  if blocked > now then
+    local rest = blocked - now
+    if allowed == 1 or retry < rest then
+      retry = rest
+    end
+    allowed, remaining, reset = 0, 0, math.max(reset, rest)
+  elseif allowed == 1 and cost > 0 then
+    algorithm.record(st, now, cost)
+    st.kept = true
+  end
+  if st.dirty and (st.existed or st.kept) then
     algorithm.save(st, now, margin)
   end
   return bpack('<dddd', allowed, remaining, retry, reset)
@@ -127,11 +146,6 @@ local function decide(spec, at, n, mode, base, nkeys)
     end
     if blocks[i] > 0 and not st.blocked then
       st.blocked = tonumber(redis.call('GET', st.key .. ':block')) or 0
-    end
-    -- As in the memory store, a hit that consumes keeps its state even
-    -- when the decision is denied; probes never create one.
-    if c > 0 then
-      st.touched = true
     end
   end
 
@@ -203,6 +217,7 @@ local function decide(spec, at, n, mode, base, nkeys)
       if reports[i] and costs[i] > 0 then
         local st = state[i]
         st.algorithm.report(st, now, costs[i])
+        st.kept = true
       end
     end
   end
@@ -212,6 +227,7 @@ local function decide(spec, at, n, mode, base, nkeys)
       if all_allowed then
         local st = state[i]
         st.algorithm.record(st, at_time, costs[i])
+        st.kept = true
         -- Reported usage is never taken back by a cross-slot undo.
         if not reports[i] then
           st.added = (st.added or 0) + costs[i]
@@ -233,8 +249,10 @@ local function decide(spec, at, n, mode, base, nkeys)
     end
   end
 
+  -- A state is written if it was there, or if this decision recorded in
+  -- it: a refusal leaves no new state behind (as in the memory store).
   for _, st in pairs(states) do
-    if st.dirty and (st.existed or st.touched) then
+    if st.dirty and (st.existed or st.kept) then
       st.algorithm.save(st, now, margin)
     end
     if st.block_dirty then

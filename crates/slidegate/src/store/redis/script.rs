@@ -87,7 +87,7 @@ const STEP_SCALE: f64 = 1_048_576.0;
 const COALESCED: f64 = 4.0;
 /// A reservation (mode 5, see `main.lua`).
 const RESERVE: f64 = 5.0;
-/// A plain decision with options, in the batch layout (mode 6).
+/// A plain decision of one hit that reports, in the batch layout (mode 6).
 const WITH_OPTIONS: f64 = 6.0;
 /// How long the journal of a cross-slot step (and the tombstone an undo
 /// leaves) lives in Redis: the undo of a step is tried within it.
@@ -231,10 +231,11 @@ impl<'a> Plan<'a> {
     /// cost and checked cost, and a step's journal lifetime (ms). Keys:
     /// one per state, a step's journal last.
     pub(crate) fn part(&self, step: Option<(Step, &str)>) -> Part {
-        let options = self.hits.iter().any(|hit| hit.rule.has_options());
-        let one = matches!((self.hits.as_slice(), step), ([_], None))
-            && self.reserve.is_none()
-            && !options;
+        let alone = matches!((self.hits.as_slice(), step), ([_], None)) && self.reserve.is_none();
+        // A hit that reports goes in the batch layout even alone (mode 6):
+        // the one-hit steps know lockouts, not reports.
+        let reports = alone && self.hits.iter().any(|hit| hit.rule.reports());
+        let one = alone && !reports;
         let numbers = 2 + if one { 4 } else { 6 * self.hits.len() + 1 };
         let mut buf = Vec::with_capacity(
             self.states.len() * (self.prefix.len() + 48)
@@ -263,14 +264,14 @@ impl<'a> Plan<'a> {
         put(match (step, self.reserve) {
             (Some((step, _)), _) => -(f64::from(step as u8) * STEP_SCALE + n),
             (None, Some(_)) => -(RESERVE * STEP_SCALE + n),
-            (None, None) if options => -(WITH_OPTIONS * STEP_SCALE + n),
+            (None, None) if reports => -(WITH_OPTIONS * STEP_SCALE + n),
             (None, None) => n,
         });
         put(nkeys as f64);
         match (self.hits.as_slice(), step) {
             ([hit], None) if one => {
                 // One hit: its key is the first and it checks its own cost.
-                put(f64::from(algorithm_code(hit.rule.algorithm())));
+                put(options_code(hit.rule));
                 put(hit.rule.limit() as f64);
                 put(hit.rule.window_micros() as f64);
                 put(hit.cost as f64);
@@ -290,7 +291,7 @@ impl<'a> Plan<'a> {
             put(JOURNAL_LIFETIME.as_millis() as f64);
         } else if let Some(max_wait) = self.reserve {
             put(max_wait as f64);
-        } else if options {
+        } else if reports {
             put(0.0);
         }
         Part {
