@@ -106,6 +106,11 @@ local function decide(spec, at, n, mode, base, nkeys)
       states[key] = st
     end
     state[i], costs[i], askeds[i] = st, c, a
+    -- As in the memory store, a hit that consumes keeps its state even
+    -- when the decision is denied; probes never create one.
+    if c > 0 then
+      st.touched = true
+    end
   end
 
   -- The reply: four numbers per hit (allowed, remaining, retry_after,
@@ -155,12 +160,8 @@ local function decide(spec, at, n, mode, base, nkeys)
     end
   end
 
-  -- A state that existed is saved when the decision changed it (dropped
-  -- expired records, say), even if it is denied; a new one only when
-  -- something was recorded in it: as in the memory store, a refused batch
-  -- leaves no state for keys that had none.
   for _, st in pairs(states) do
-    if st.dirty and (st.existed or st.added) then
+    if st.dirty and (st.existed or st.touched) then
       st.algorithm.save(st, now, margin)
     end
   end
