@@ -233,20 +233,3 @@ async fn acquire_wait_sleeps_until_the_reserved_time_and_passes() {
         .unwrap();
     assert!(!third.allowed(), "a wait beyond max_wait is refused");
 }
-
-#[test]
-fn a_denied_batch_keeps_no_key_it_added() {
-    let (store, _clock) = store_at(0);
-    let fast = Rule::parse("1/1s").unwrap();
-    let slow = Rule::parse("5/1s").unwrap();
-    store.acquire("a", &[fast], 1).unwrap();
-    let hits = [Hit::new("a", fast, 1), Hit::new("b", slow, 1)];
-    let reserved = store
-        .reserve_batch(&hits, Duration::from_millis(10))
-        .unwrap();
-    assert!(!reserved.granted());
-    assert_eq!(store.len(), 1, "only \"a\" is held");
-    let decided = store.acquire_batch(&hits).unwrap();
-    assert!(!decided[0].allowed());
-    assert_eq!(store.len(), 1, "only \"a\" is held");
-}

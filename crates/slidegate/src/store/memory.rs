@@ -440,42 +440,36 @@ where
             .collect();
         let mut guards: Vec<MutexGuard<'_, Shard<K>>> =
             shards.iter().map(|&s| self.map.lock(s)).collect();
-        // Under the locks, for the reason given in `acquire`.
-        let now = self.clock.now_micros();
         // Each key's slot is taken out of its table for the decision (an
         // empty one stands in, unseen: the shard is locked) and put back.
         let mut slots = Vec::with_capacity(hashes.len());
         let mut taken = Vec::with_capacity(hashes.len());
-        let mut added = Vec::with_capacity(hashes.len());
         let mut refused = None;
         for (d, &(_, consumes)) in index.keys.iter().enumerate() {
             let table = &mut guards[table_of[d]].table;
-            let (slot, held, new) = match Map::find(table, hashes[d], key(d)) {
-                Some(entry) => (
-                    std::mem::replace(&mut entry.slot, Slot::empty(0)),
-                    true,
-                    false,
-                ),
+            let (slot, held) = match Map::find(table, hashes[d], key(d)) {
+                Some(entry) => (std::mem::replace(&mut entry.slot, Slot::empty(0)), true),
                 None if consumes => match self.add_key(key(d)) {
                     Ok(bytes) => {
                         self.map
                             .insert(table, hashes[d], key(d).to_owned(), Slot::empty(0));
-                        (Slot::empty(bytes), true, true)
+                        (Slot::empty(bytes), true)
                     }
                     Err(full) => {
                         refused = Some(full);
                         break;
                     }
                 },
-                None => (Slot::empty(0), false, false),
+                None => (Slot::empty(0), false),
             };
             slots.push(slot);
             taken.push(held);
-            added.push(new);
         }
         let decisions = match refused {
             Some(full) => Err(full),
             None => {
+                // Under the locks, for the reason given in `acquire`.
+                let now = self.clock.now_micros();
                 let locked: Vec<LockedHit> = hits
                     .iter()
                     .zip(&index.key_of)
@@ -496,21 +490,11 @@ where
             }
         };
         for (d, slot) in slots.into_iter().enumerate() {
-            if !taken[d] {
-                continue;
-            }
-            let Shard { table, rules } = &mut *guards[table_of[d]];
-            // A key this batch added but recorded nothing in (the batch
-            // was refused, or failed) is taken out again: its fresh states
-            // would otherwise outlive the refusal, and a window counter's
-            // would keep the window of `now` if the clock stepped back.
-            if added[d] && slot.is_idle(now, rules) {
-                if let Ok(entry) = table.find_entry(hashes[d], |e| e.key.borrow() == key(d)) {
-                    entry.remove();
-                    self.bounds.remove_keys(1, slot.bytes());
+            if taken[d] {
+                let table = &mut guards[table_of[d]].table;
+                if let Some(entry) = Map::find(table, hashes[d], key(d)) {
+                    entry.slot = slot;
                 }
-            } else if let Some(entry) = Map::find(table, hashes[d], key(d)) {
-                entry.slot = slot;
             }
         }
         decisions
