@@ -160,8 +160,13 @@ local function decide(spec, at, n, mode, base, nkeys)
     end
   end
 
+  -- A new state a consuming hit named is saved even when nothing was
+  -- recorded and the check left it unchanged (a window counter in the
+  -- clock's first window): the memory store keeps it, and a window
+  -- counter's state moves only forward, so with it a later request after
+  -- a clock that stepped back is judged in the same window in both.
   for _, st in pairs(states) do
-    if st.dirty and (st.existed or st.touched) then
+    if (st.dirty and st.existed) or (st.touched and not st.existed) then
       st.algorithm.save(st, now, margin)
     end
   end
