@@ -491,3 +491,34 @@ fn refused_batches_found_by_the_property_test_decide_alike() {
         .run_case(1_159_529, &rules, &new_state_of_a_held_key)
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// A sliding log holding more than its limit (a reservation ahead of a
+/// full window) denies a probe with nothing remaining: the single-hit
+/// script once answered a remaining of -1 when the window was longer than
+/// its compact reply could carry (found by the property test).
+#[test]
+fn a_probe_of_a_log_over_its_limit_has_nothing_remaining() {
+    let rule = Rule::new(Rate::new(999_999_999_989, Rate::MAX_WINDOW).expect("a valid rate"));
+    let ops = [
+        Op::Burst {
+            key: 2,
+            rule: 0,
+            count: 1,
+            step: 0,
+            cost: Cost::Limit,
+        },
+        Op::AdvanceWindow(0, 0),
+        Op::ReserveBatch {
+            hits: vec![(2, 0, Cost::Fixed(1))],
+            max_wait: 1,
+        },
+        Op::Acquire {
+            key: 2,
+            rules: vec![0],
+            cost: Cost::Fixed(0),
+        },
+    ];
+    Harness::new()
+        .run_case(2, &[rule], &ops)
+        .unwrap_or_else(|e| panic!("{e}"));
+}

@@ -131,7 +131,8 @@ if usage + need > L then
     if usage >= L and reset_now < 67108864 then
       reply = -(retry * 67108864 + reset_now)
     else
-      reply = bpack('<dddd', 0, L - usage, retry, reset_now)
+      -- Usage may pass L: reservations ahead of now count too.
+      reply = bpack('<dddd', 0, math.max(L - usage, 0), retry, reset_now)
     end
   end
 elseif cost == 0 then
