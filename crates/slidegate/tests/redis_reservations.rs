@@ -5,9 +5,10 @@ mod common;
 
 use std::time::Duration;
 
+use common::redis_log::read_log;
 use common::redis_server::RedisServer;
 use slidegate::clock::ManualClock;
-use slidegate::{Hit, RedisStore, Rule, Store};
+use slidegate::{Hit, MemoryStore, RedisStore, Rule, Store};
 
 async fn store(server: &RedisServer, clock: &ManualClock) -> RedisStore {
     RedisStore::builder(server.url())
@@ -94,4 +95,37 @@ async fn acquire_wait_takes_one_reservation_and_sleeps() {
         started.elapsed() >= Duration::from_millis(150),
         "it waited its turn"
     );
+}
+
+/// Reservations keep more than the limit in a log (the window behind now
+/// and the waiters ahead of it): requests arriving at twice the rate of
+/// 250/1s hold up to 750 units at once. The running totals are stored
+/// modulo their width, which once only covered the limit: totals decoded
+/// wrong, a waiter was given a turn inside a full window, and the log was
+/// soon refused as inconsistent. Each reservation must answer as the
+/// memory store's, and the log Redis holds must be the memory store's.
+#[tokio::test]
+async fn a_log_holding_more_than_the_limit_in_reservations_decides_as_the_memory_store() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(1_000_000);
+    let redis = store(&server, &clock).await;
+    let memory: MemoryStore<String, ManualClock> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build();
+    let rule = Rule::parse("250/1s").unwrap();
+    let max_wait = Duration::from_secs(5);
+    for i in 0..1_500 {
+        let want = Store::reserve(&memory, "k", &[rule], 1, max_wait).await;
+        let got = redis.reserve("k", &[rule], 1, max_wait).await;
+        assert_eq!(got, want, "request {i}");
+        clock.advance(Duration::from_millis(2));
+    }
+    let mut conn = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let held = read_log(&mut conn, &redis.state_key("k", rule)).await;
+    assert_eq!(Some(held), memory.admissions("k", rule));
 }

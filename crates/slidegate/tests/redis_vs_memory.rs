@@ -387,18 +387,15 @@ fn an_entry_exactly_a_window_old_still_counts_after_older_ones_are_trimmed() {
     }
 }
 
-/// A refused batch records nothing, in either store: the memory store once
-/// kept fresh states for the batch's new keys, and a probe then rolled a
-/// fixed window's state to the window of its time, so that after the clock
-/// stepped back the memory store judged that key in the later window while
-/// Redis, holding nothing, judged it in the window of the clock.
+/// A refused batch records nothing, in either store, and leaves none of
+/// the states its consuming hits would have added: once the two stores
+/// disagreed on such states, and after a probe rolled a window and the
+/// clock stepped back, they judged the key in different windows. Every
+/// algorithm, refused as a batch and as a batch reservation.
 #[test]
-fn a_refused_batch_leaves_no_state_for_its_new_keys() {
-    let rule = Rule::parse("7/1s")
-        .expect("a valid rule")
-        .with_algorithm(Algorithm::FixedWindow);
+fn a_refused_batch_keeps_the_same_states_in_both_stores() {
     let fresh_and_full = vec![(3, 0, Cost::Fixed(1)), (2, 0, Cost::Fixed(2))];
-    let refused = [
+    let refusals = [
         Op::Batch(fresh_and_full.clone()),
         Op::ReserveBatch {
             hits: fresh_and_full,
@@ -406,7 +403,13 @@ fn a_refused_batch_leaves_no_state_for_its_new_keys() {
         },
     ];
     let mut harness = Harness::new();
-    for refusal in refused {
+    for (algorithm, refusal) in Algorithm::ALL
+        .into_iter()
+        .flat_map(|a| refusals.iter().map(move |r| (a, r.clone())))
+    {
+        let rule = Rule::parse("7/1s")
+            .expect("a valid rule")
+            .with_algorithm(algorithm);
         let ops = [
             Op::Advance(1),
             Op::Acquire {
@@ -428,4 +431,92 @@ fn a_refused_batch_leaves_no_state_for_its_new_keys() {
             .run_case(0, &[rule], &ops)
             .unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// Cases the property test found: a batch refused for a probe of a full
+/// key, the clock then stepping back across a window's start; and a state
+/// added to a key that held another rule's, refused in a batch.
+#[test]
+fn refused_batches_found_by_the_property_test_decide_alike() {
+    let counter = Rule::new(Rate::new(1, Duration::from_micros(29_444)).expect("a valid rate"))
+        .with_algorithm(Algorithm::SlidingCounter);
+    let probe_of_a_full_key = [
+        Op::Advance(3_005_837),
+        Op::Burst {
+            key: 2,
+            rule: 0,
+            count: 88,
+            step: 1,
+            cost: Cost::Limit,
+        },
+        Op::Batch(vec![(1, 0, Cost::Fixed(1)), (2, 0, Cost::Fixed(0))]),
+        Op::Back(2_638),
+        Op::Acquire {
+            key: 1,
+            rules: vec![0],
+            cost: Cost::Fixed(1),
+        },
+    ];
+    let mut harness = Harness::new();
+    harness
+        .run_case(0, &[counter], &probe_of_a_full_key)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let rules = [
+        Rule::new(
+            Rate::new(1_000_000_000, Duration::from_micros(1_702_161)).expect("a valid rate"),
+        ),
+        Rule::new(Rate::new(1_000_000_000, Duration::from_micros(2_992)).expect("a valid rate"))
+            .with_algorithm(Algorithm::SlidingCounter),
+    ];
+    let new_state_of_a_held_key = [
+        Op::Reserve {
+            key: 3,
+            rules: vec![0],
+            cost: Cost::Fixed(1),
+            max_wait: 0,
+        },
+        Op::Batch(vec![(3, 0, Cost::Limit), (3, 1, Cost::Fixed(1))]),
+        Op::Back(1_626),
+        Op::Reset(0),
+        Op::Reserve {
+            key: 3,
+            rules: vec![1],
+            cost: Cost::Fixed(1),
+            max_wait: 0,
+        },
+    ];
+    harness
+        .run_case(1_159_529, &rules, &new_state_of_a_held_key)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// A sliding log holding more than its limit (a reservation ahead of a
+/// full window) denies a probe with nothing remaining: the single-hit
+/// script once answered a remaining of -1 when the window was longer than
+/// its compact reply could carry (found by the property test).
+#[test]
+fn a_probe_of_a_log_over_its_limit_has_nothing_remaining() {
+    let rule = Rule::new(Rate::new(999_999_999_989, Rate::MAX_WINDOW).expect("a valid rate"));
+    let ops = [
+        Op::Burst {
+            key: 2,
+            rule: 0,
+            count: 1,
+            step: 0,
+            cost: Cost::Limit,
+        },
+        Op::AdvanceWindow(0, 0),
+        Op::ReserveBatch {
+            hits: vec![(2, 0, Cost::Fixed(1))],
+            max_wait: 1,
+        },
+        Op::Acquire {
+            key: 2,
+            rules: vec![0],
+            cost: Cost::Fixed(0),
+        },
+    ];
+    Harness::new()
+        .run_case(2, &[rule], &ops)
+        .unwrap_or_else(|e| panic!("{e}"));
 }

@@ -5,8 +5,9 @@
 --
 --   record: time (ow bytes) and running total (tw bytes), unsigned
 --           little-endian, each modulo its width's range: 256^ow > W and
---           256^tw > L, chosen when the log starts (5 bytes at 100/1s:
---           new logs take 256^ow > 2W + 240 s, see below).
+--           256^tw > L, chosen when the log starts (6 bytes at 100/1s:
+--           new logs take 256^ow > 2W + 240 s and, for reservations,
+--           256^tw > L (2 + 240 s / W), see below).
 --   header: the byte 254 (this format's mark), H, o1, T1, nt, nT, s, e,
 --           exp (little-endian doubles), the record format "<IowItw" (5
 --           chars), ow, tw (1 byte each). A value without the mark or with
@@ -31,8 +32,9 @@
 -- than its time, and never judges at a time earlier than
 -- nt - 256^ow + 1 + W, so a clock that stepped back by more than the
 -- slack, minutes for new logs, drops records it would otherwise count;
--- an admission then becomes the newest) with a total in (nT - L, nT], and
--- both ranges are narrower than 256^ow and 256^tw. So time = nt - ((nt - t) mod 256^ow),
+-- an admission then becomes the newest) with a total in (nT - L, nT]
+-- (in (nT - L (2 + 240 s / W), nT] with reservations up to 240 s ahead of
+-- now), and both ranges are narrower than 256^ow and 256^tw. So time = nt - ((nt - t) mod 256^ow),
 -- and likewise for totals: nothing is ever rebased, and the absolute
 -- values in the header stay below 2^53 (totals are shifted down by a
 -- multiple of 256^tw once H passes 2^40).
@@ -227,7 +229,9 @@ local function build_sliding_log()
       while 256 ^ ow <= 2 * st.window + 240000000 do
         ow = ow + 1
       end
-      while 256 ^ tw <= st.limit do
+      -- 256^tw > L (2 + 240 s / W), at most 6 bytes: see sliding_log_one.lua.
+      local units = st.limit * (2 + math.floor(240000000 / st.window))
+      while tw < 6 and 256 ^ tw <= units do
         tw = tw + 1
       end
       st.fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)

@@ -131,7 +131,8 @@ if usage + need > L then
     if usage >= L and reset_now < 67108864 then
       reply = -(retry * 67108864 + reset_now)
     else
-      reply = bpack('<dddd', 0, L - usage, retry, reset_now)
+      -- Usage may pass L: reservations ahead of now count too.
+      reply = bpack('<dddd', 0, math.max(L - usage, 0), retry, reset_now)
     end
   end
 elseif cost == 0 then
@@ -143,12 +144,17 @@ else
   if not live then
     -- A new log, written whole: widths such that 256^ow > 2W + 240 s
     -- (records a clock that stepped back by up to a window plus 4 minutes
-    -- still counts), 256^tw > L.
+    -- still counts), and 256^tw > L (2 + 240 s / W): reservations keep
+    -- records up to 240 s ahead of now, L units per window of that span
+    -- and of the window behind now, and the totals of the records kept
+    -- must span less than 256^tw to decode (at most 6 bytes, so that
+    -- totals are shifted down before they pass 2^53).
     ow, tw = 1, 1
     while 256 ^ ow <= 2 * W + 240000000 do
       ow = ow + 1
     end
-    while 256 ^ tw <= L do
+    local units = L * (2 + math.floor(240000000 / W))
+    while tw < 6 and 256 ^ tw <= units do
       tw = tw + 1
     end
     fmt = '<I' .. string.sub('1234567', ow, ow) .. 'I' .. string.sub('1234567', tw, tw)
