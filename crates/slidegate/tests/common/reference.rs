@@ -224,13 +224,18 @@ impl Reference {
     /// Same contract as `Store::reserve_batch`: one decision per hit, and
     /// the wait in µs when granted. Found by its own search, over the
     /// time at which every hit fits at once (not through the hits'
-    /// `retry_after`, as the stores find it).
+    /// `retry_after`, as the stores find it). For rules without options
+    /// (`reserve` models lockouts).
     pub fn reserve_batch(
         &mut self,
         now: u64,
         hits: &[(String, Rule, u64)],
         max_wait: u64,
     ) -> Result<(Vec<Decision>, Option<u64>), Error> {
+        assert!(
+            hits.iter().all(|(_, rule, _)| !rule.has_options()),
+            "the reference's reserve_batch models rules without options"
+        );
         if hits.is_empty() {
             return Err(Error::NoRules);
         }
