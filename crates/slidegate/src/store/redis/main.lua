@@ -48,19 +48,21 @@ if n < 0 then
   n = -n % 1048576
 end
 
--- One hit of another algorithm, or with a lockout: its code is the
--- algorithm's plus 8 * the lockout (µs), see decide() below; a hit that
--- reports comes in the batch layout (mode 6), even alone. The lockout's
--- steps are decide()'s for one hit, without its tables.
-if mode == 0 and n == 1 then
+-- One hit of another algorithm than the inline sliding log, or with a
+-- lockout, on KEYS[index]: its code is the algorithm's plus 8 * the
+-- lockout (µs), see decide() below; a hit that reports comes in the batch
+-- layout (mode 6), even alone. The lockout's steps are decide()'s for one
+-- hit, without its tables. A plain call of one such hit, and each such
+-- hit of a coalesced call (batch.lua), is decided here.
+local function decide_one(index, code, limit, window, c)
   local block = math.floor(code / 8)
   local algorithm = build(code % 4)
-  local st = algorithm.load(1, L, W)
-  local allowed, _, remaining, retry, reset = algorithm.check(st, now, cost)
+  local st = algorithm.load(index, limit, window)
+  local allowed, _, remaining, retry, reset = algorithm.check(st, now, c)
   local blocked = 0
   if block > 0 then
     blocked = tonumber(redis.call('GET', st.key .. ':block')) or 0
-    if blocked <= now and allowed == 0 and cost > 0 then
+    if blocked <= now and allowed == 0 and c > 0 then
       blocked = now + block
       redis.call('SET', st.key .. ':block', format('%d', blocked), 'PX',
         format('%d', ttl_ms(blocked, now, margin)))
@@ -72,14 +74,18 @@ if mode == 0 and n == 1 then
       retry = rest
     end
     allowed, remaining, reset = 0, 0, math.max(reset, rest)
-  elseif allowed == 1 and cost > 0 then
-    algorithm.record(st, now, cost)
+  elseif allowed == 1 and c > 0 then
+    algorithm.record(st, now, c)
     st.kept = true
   end
   if st.dirty and (st.existed or st.kept) then
     algorithm.save(st, now, margin)
   end
   return bpack('<dddd', allowed, remaining, retry, reset)
+end
+
+if mode == 0 and n == 1 then
+  return decide_one(1, code, L, W, cost)
 end
 
 -- One decision over the hits of `spec` from byte `at` (n hits of six
