@@ -9,15 +9,13 @@ mod common;
 use std::time::Duration;
 
 use common::cost::{Cost, cost};
+use common::options::{Options, block, options, report_cost, resolve, with_options};
 use common::reference::Reference;
 use proptest::prelude::*;
 use slidegate::clock::ManualClock;
 use slidegate::{Algorithm, Hit, MemoryStore, Rate, Rule};
 
 const KEYS: [&str; 2] = ["alice", "bob"];
-
-/// Which options a rule is asked with: bit 0 report, bit 1 lockout.
-type Options = u8;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -44,34 +42,14 @@ fn rule() -> impl Strategy<Value = (Rule, Duration)> {
     let limit = prop_oneof![4 => 1u64..=6, 1 => Just(100u64)];
     let window_us = prop_oneof![1_000u64..=5_000, 1_000u64..=3_000_000];
     let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
-    let block_us = prop_oneof![1_000u64..=10_000, 1_000u64..=8_000_000];
-    (limit, window_us, algorithm, block_us).prop_map(|(l, w, a, b)| {
+    (limit, window_us, algorithm, block()).prop_map(|(l, w, a, b)| {
         let rate = Rate::new(l, Duration::from_micros(w)).expect("valid rate");
-        (Rule::new(rate).with_algorithm(a), Duration::from_micros(b))
+        (Rule::new(rate).with_algorithm(a), b)
     })
 }
 
-fn with_options((rule, block): (Rule, Duration), options: Options) -> Rule {
-    let rule = if options & 1 == 1 {
-        rule.reporting()
-    } else {
-        rule
-    };
-    if options & 2 == 2 {
-        rule.block_for(block).expect("a valid block")
-    } else {
-        rule
-    }
-}
-
-/// Costs as in the other property tests, and for reports often more than
-/// the limit.
-fn report_cost() -> impl Strategy<Value = Cost> {
-    prop_oneof![3 => cost(), 1 => (2u8..=5).prop_map(Cost::Multiple)]
-}
-
 fn op(rules: usize) -> impl Strategy<Value = Op> {
-    let options = prop_oneof![2 => Just(0u8), 1 => Just(1u8), 2 => Just(2u8), 1 => Just(3u8)];
+    let options = options();
     let asked = (0..rules, options.clone());
     prop_oneof![
         3 => prop_oneof![Just(0u64), 0u64..3_000, 0u64..4_000_000].prop_map(Op::Advance),
@@ -97,15 +75,6 @@ fn scenario() -> impl Strategy<Value = (u64, Vec<(Rule, Duration)>, Vec<Op>)> {
             prop::collection::vec(op(n), 1..120),
         )
     })
-}
-
-/// The cost of a hit: relative to the rule's limit, and a report's
-/// multiple of it as it is (a report may exceed the limit).
-fn resolve(cost: Cost, rule: Rule) -> u64 {
-    match cost {
-        Cost::Multiple(_) if !rule.reports() => rule.limit(),
-        other => other.resolve(rule.limit()),
-    }
 }
 
 proptest! {

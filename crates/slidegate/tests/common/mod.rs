@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 pub mod cost;
+pub mod options;
 pub mod redis_log;
 pub mod redis_server;
 pub mod reference;
