@@ -93,7 +93,9 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 
-median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# median, range.
+# shellcheck source=scripts/lib/stats.sh
+source "$(dirname "$0")/lib/stats.sh"
 spread() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.0f–%.0f", lo, hi }'; }
 
 echo

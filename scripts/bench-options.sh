@@ -49,8 +49,9 @@ cleanup() {
 trap cleanup EXIT
 # shellcheck source=scripts/lib/ports.sh
 source scripts/lib/ports.sh
-median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-range() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk -v f="$1" 'NR == 1 { lo = $1 } { hi = $1 } END { printf f "–" f, lo, hi }'; }
+# median, range.
+# shellcheck source=scripts/lib/stats.sh
+source scripts/lib/stats.sh
 
 REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \

@@ -67,8 +67,9 @@ trap cleanup EXIT
 # free_port, wait_port, cpu_ticks.
 # shellcheck source=scripts/lib/ports.sh
 source scripts/lib/ports.sh  # the working directory is the repository
-median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-range() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk -v f="$1" 'NR == 1 { lo = $1 } { hi = $1 } END { printf f "–" f, lo, hi }'; }
+# median, range.
+# shellcheck source=scripts/lib/stats.sh
+source scripts/lib/stats.sh
 
 # The rules of ShouldRateLimit and /v1/check: every value of `key` in
 # domain `bench` has its own 100/1s.

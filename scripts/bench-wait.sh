@@ -61,8 +61,11 @@ trap cleanup EXIT
 # free_port, wait_port.
 # shellcheck source=scripts/lib/ports.sh
 source scripts/lib/ports.sh  # the working directory is the repository
-median() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-range() { tr ' ' '\n' | sed '/^$/d' | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.2f–%.2f", lo / 1000, hi / 1000 }'; }
+# median, range.
+# shellcheck source=scripts/lib/stats.sh
+source scripts/lib/stats.sh
+# range_ms: the range of values in µs, in ms.
+range_ms() { awk '{ for (i = 1; i <= NF; i++) printf "%s ", $i / 1000 }' | range %.2f; }
 field() { echo "$1" | sed -n "s/.*\"$2\":\(-\{0,1\}[0-9]*\).*/\1/p"; }
 
 declare -A HTTP=()
@@ -123,6 +126,6 @@ for mode in $MODES; do
   for store in $STORES; do
     k=$mode-$store
     loads=$(echo "${LOADS[$k]}" | tr ' ' '\n' | sed '/^$/d' | sort -g | sed -n '1p;$p' | paste -sd'-')
-    echo "| $mode | $store | $(ms "$(echo "${P50[$k]}" | median)") ($(echo "${P50[$k]}" | range)) | $(ms "$(echo "${P99[$k]}" | median)") ($(echo "${P99[$k]}" | range)) | $(ms "$(echo "${MAX[$k]}" | median)") ($(echo "${MAX[$k]}" | range)) | $loads |"
+    echo "| $mode | $store | $(ms "$(echo "${P50[$k]}" | median)") ($(echo "${P50[$k]}" | range_ms)) | $(ms "$(echo "${P99[$k]}" | median)") ($(echo "${P99[$k]}" | range_ms)) | $(ms "$(echo "${MAX[$k]}" | median)") ($(echo "${MAX[$k]}" | range_ms)) | $loads |"
   done
 done
