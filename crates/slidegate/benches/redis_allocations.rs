@@ -8,12 +8,14 @@
 //! `cargo bench -p slidegate --features redis --bench redis_allocations`
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use redis_server::RedisServer;
 use slidegate::store::redis::Coalesce;
 use slidegate::{RedisStore, Rule, Store};
 
@@ -44,41 +46,6 @@ static ALLOCATOR: Counting = Counting;
 
 const KEYS: usize = 10_000;
 const DECISIONS: usize = 64_000;
-
-/// A redis-server on a free port, stopped on drop.
-struct Server(Child, u16);
-
-impl Server {
-    fn start() -> Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server runs (Debian: apt-get install redis-server)");
-        let start = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "redis-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Server(child, port)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Runs `DECISIONS` decisions from `tasks` tasks; allocations and bytes
 /// per decision.
@@ -114,7 +81,7 @@ async fn run(store: &RedisStore, keys: &Arc<Vec<String>>, tasks: usize) -> (f64,
 }
 
 fn main() {
-    let server = Server::start();
+    let server = RedisServer::start();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -126,7 +93,7 @@ fn main() {
     for (name, coalesce) in [("on", Coalesce::on()), ("off", Coalesce::off())] {
         let store = runtime
             .block_on(
-                RedisStore::builder(format!("redis://127.0.0.1:{}", server.1))
+                RedisStore::builder(server.url())
                     .timeout(Duration::from_secs(5))
                     .coalesce(coalesce)
                     .build(),

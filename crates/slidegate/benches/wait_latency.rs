@@ -148,51 +148,40 @@ async fn measure_memory() -> Vec<Timing> {
 }
 
 #[cfg(feature = "redis")]
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+#[cfg(feature = "redis")]
 mod redis_side {
-    use std::net::TcpListener;
-    use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
     use slidegate::{RedisStore, Rule, Store};
 
+    use super::redis_server::RedisServer;
     use super::{MAX_WAIT, RULE, WAITERS};
 
     /// A redis-server on a free port (stopped on drop) and a store on it.
     pub struct Side {
-        server: Child,
+        // Dropped after the store: the server outlives its clients.
         store: RedisStore,
+        _server: RedisServer,
     }
 
     impl Side {
         pub fn start(runtime: &tokio::runtime::Runtime) -> Side {
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            let server = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server runs (Debian: apt-get install redis-server)");
-            let start = Instant::now();
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(
-                    start.elapsed() < Duration::from_secs(10),
-                    "redis-server did not start"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
+            let server = RedisServer::start();
             // A generous call timeout: 2,000 reservations arrive at once.
             let store = runtime
                 .block_on(
-                    RedisStore::builder(format!("redis://127.0.0.1:{port}"))
+                    RedisStore::builder(server.url())
                         .timeout(Duration::from_secs(5))
                         .build(),
                 )
                 .expect("the Redis store connects");
-            Side { server, store }
+            Side {
+                store,
+                _server: server,
+            }
         }
 
         /// One round on a key of its own.
@@ -221,13 +210,6 @@ mod redis_side {
                 late.push(task.await.expect("a waiter"));
             }
             late
-        }
-    }
-
-    impl Drop for Side {
-        fn drop(&mut self) {
-            let _ = self.server.kill();
-            let _ = self.server.wait();
         }
     }
 }
