@@ -265,22 +265,7 @@ impl Reference {
             let recorded = at.max(log.last().unwrap_or(0));
             log.0.push((recorded, *cost));
         }
-        let empty = Admissions::default();
-        let decisions = hits
-            .iter()
-            .map(|(k, r, _)| {
-                let log = self.logs.get(&(k.clone(), *r)).unwrap_or(&empty);
-                let d = decide_one(Model { rule: *r, log }, now, 0);
-                Decision::from_parts(
-                    true,
-                    d.limit(),
-                    d.remaining(),
-                    0,
-                    d.reset_after().as_micros() as u64,
-                )
-            })
-            .collect();
-        Ok((decisions, Some(at - now)))
+        Ok((self.granted(now, hits), Some(at - now)))
     }
 
     /// The least time from `now` at which every hit fits its log, each
@@ -352,9 +337,14 @@ impl Reference {
             let at = (now + wait).max(log.last().unwrap_or(0));
             log.0.push((at, *cost));
         }
+        Ok((self.granted(now, hits), Some(wait)))
+    }
+
+    /// The answers of a granted reservation: allowed, with what remains
+    /// now, the reservation counted.
+    fn granted(&self, now: u64, hits: &[(String, Rule, u64)]) -> Vec<Decision> {
         let empty = Admissions::default();
-        let decisions = hits
-            .iter()
+        hits.iter()
             .map(|(k, r, _)| {
                 let log = self
                     .logs
@@ -369,8 +359,7 @@ impl Reference {
                     d.reset_after().as_micros() as u64,
                 )
             })
-            .collect();
-        Ok((decisions, Some(wait)))
+            .collect()
     }
 
     /// Same contract as `Store::acquire_batch`.
@@ -439,23 +428,7 @@ impl Reference {
                 } else {
                     d
                 };
-                let block_end = self
-                    .blocks
-                    .get(&(k.clone(), r.without_options()))
-                    .copied()
-                    .unwrap_or(0);
-                if r.block().is_some() && block_end > now {
-                    let rest = block_end - now;
-                    let retry = if d.allowed() {
-                        rest
-                    } else {
-                        rest.max(d.retry_after().as_micros() as u64)
-                    };
-                    let reset = rest.max(d.reset_after().as_micros() as u64);
-                    Decision::from_parts(false, d.limit(), 0, retry, reset)
-                } else {
-                    d
-                }
+                under_block(&self.blocks, k, r, d, now)
             })
             .collect();
         Ok((asked, decisions))
@@ -520,24 +493,6 @@ impl Reference {
         }
         // Last, every hit under a lockout that runs now (one this batch
         // started too) answers it.
-        let blocks = &self.blocks;
-        let under_block = |k: &String, r: &Rule, d: Decision| -> Decision {
-            let end = blocks
-                .get(&(k.clone(), r.without_options()))
-                .copied()
-                .unwrap_or(0);
-            if r.block().is_none() || end <= now {
-                return d;
-            }
-            let rest = end - now;
-            let retry = if d.allowed() {
-                rest
-            } else {
-                rest.max(d.retry_after().as_micros() as u64)
-            };
-            let reset = rest.max(d.reset_after().as_micros() as u64);
-            Decision::from_parts(false, d.limit(), 0, retry, reset)
-        };
         Ok(hits
             .iter()
             .zip(decisions)
@@ -566,7 +521,7 @@ impl Reference {
                 )
             })
             .zip(hits)
-            .map(|(d, (k, r, _))| under_block(k, r, d))
+            .map(|(d, (k, r, _))| under_block(&self.blocks, k, r, d, now))
             .collect())
     }
 }
@@ -601,6 +556,33 @@ fn decide_one(model: Model<'_>, now: u64, cost: u64) -> Decision {
     let _ = w;
     let retry_at = least(t, model.horizon(t), |s| model.passes(s, asked));
     Decision::from_parts(false, l, model.room(t), retry_at - now, reset_now)
+}
+
+/// `d`, for a hit of `rule` on `key`, when the key is locked out under
+/// the rule until after `now`: denied until the block ends, or later if
+/// the rule says so, nothing remaining.
+fn under_block(
+    blocks: &HashMap<(String, Rule), u64>,
+    key: &str,
+    rule: &Rule,
+    d: Decision,
+    now: u64,
+) -> Decision {
+    let end = blocks
+        .get(&(key.to_owned(), rule.without_options()))
+        .copied()
+        .unwrap_or(0);
+    if rule.block().is_none() || end <= now {
+        return d;
+    }
+    let rest = end - now;
+    let retry = if d.allowed() {
+        rest
+    } else {
+        rest.max(d.retry_after().as_micros() as u64)
+    };
+    let reset = rest.max(d.reset_after().as_micros() as u64);
+    Decision::from_parts(false, d.limit(), 0, retry, reset)
 }
 
 /// Several rules' decisions folded as the contract says.
