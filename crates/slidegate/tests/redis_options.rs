@@ -111,15 +111,7 @@ impl Harness {
             .build()
             .expect("a tokio runtime");
         let clock = ManualClock::new();
-        let redis = runtime
-            .block_on(
-                RedisStore::builder(server.url())
-                    .client_clock(clock.clone())
-                    .expiry_margin(Duration::from_secs(3600))
-                    .timeout(Duration::from_secs(5))
-                    .build(),
-            )
-            .expect("the Redis store connects");
+        let redis = common::redis_server::store_on_clock(&runtime, server.url(), &clock);
         Harness {
             server,
             runtime,
@@ -350,14 +342,7 @@ fn client_clock_store() -> (
         .build()
         .expect("a tokio runtime");
     let clock = ManualClock::at(1_763_800_000_000_000);
-    let store = runtime
-        .block_on(
-            RedisStore::builder(server.url())
-                .client_clock(clock.clone())
-                .expiry_margin(Duration::from_secs(3600))
-                .build(),
-        )
-        .expect("the Redis store connects");
+    let store = common::redis_server::store_on_clock(&runtime, server.url(), &clock);
     (server, runtime, store, clock)
 }
 

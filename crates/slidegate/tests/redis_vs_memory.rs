@@ -182,15 +182,7 @@ impl Harness {
             .build()
             .expect("a tokio runtime");
         let clock = ManualClock::new();
-        let redis = runtime
-            .block_on(
-                RedisStore::builder(server.url())
-                    .client_clock(clock.clone())
-                    .expiry_margin(Duration::from_secs(3600))
-                    .timeout(Duration::from_secs(5))
-                    .build(),
-            )
-            .expect("the Redis store connects");
+        let redis = common::redis_server::store_on_clock(&runtime, server.url(), &clock);
         Harness {
             _server: server,
             runtime,

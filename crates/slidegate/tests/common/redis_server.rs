@@ -459,3 +459,24 @@ fn command_as(port: u16, password: Option<&str>, args: &[&str]) -> Option<String
         _ => None,
     }
 }
+
+/// A Redis store on `url` deciding on `clock` (the client's clock, as the
+/// memory store it is compared with), keeping idle keys an hour (as the
+/// memory store keeps states when it is not swept), with a generous call
+/// timeout: what the property tests compare.
+#[cfg(feature = "redis")]
+pub fn store_on_clock(
+    runtime: &tokio::runtime::Runtime,
+    url: String,
+    clock: &slidegate::clock::ManualClock,
+) -> slidegate::RedisStore {
+    runtime
+        .block_on(
+            slidegate::RedisStore::builder(url)
+                .client_clock(clock.clone())
+                .expiry_margin(Duration::from_secs(3600))
+                .timeout(Duration::from_secs(5))
+                .build(),
+        )
+        .expect("the Redis store connects")
+}
