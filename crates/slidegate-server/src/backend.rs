@@ -195,6 +195,7 @@ impl Backend {
                     .local_max_keys(args.max_keys)
                     .local_max_bytes(args.max_memory_bytes)
                     .deny_cache((args.deny_cache_entries > 0).then_some(args.deny_cache_entries))
+                    .max_in_flight(args.max_store_calls as usize)
                     .build();
                 Ok(Backend::Redis(store))
             }
@@ -424,6 +425,7 @@ mod tests {
             max_memory_bytes: 1 << 30,
             max_rules_per_key: 2,
             deny_cache_entries: 0,
+            max_store_calls: 1024,
         }
     }
 

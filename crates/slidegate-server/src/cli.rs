@@ -623,6 +623,19 @@ pub struct StoreArgs {
         default_value_t = 100_000
     )]
     pub deny_cache_entries: usize,
+    /// Calls to a Redis store in flight at once; a decision beyond them is
+    /// answered by --on-store-error at once (with `local`, by this
+    /// instance's own memory store). Raise it for bursts of more requests
+    /// at once (waiting ones: `max_wait_ms`); lower it to bound what a
+    /// slow Redis can hold.
+    #[arg(
+        long = "max-store-calls",
+        value_name = "N",
+        env = "SLIDEGATE_MAX_STORE_CALLS",
+        default_value_t = 1024,
+        value_parser = clap::value_parser!(u32).range(1..=1_000_000)
+    )]
+    pub max_store_calls: u32,
 }
 
 /// Flags of `slidegate check`.

@@ -54,6 +54,7 @@ async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
         max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,
         max_rules_per_key: 16,
         deny_cache_entries: 100_000,
+        max_store_calls: 1024,
     };
     Backend::connect(&args).await.expect("the store opens")
 }

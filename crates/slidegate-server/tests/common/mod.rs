@@ -87,6 +87,7 @@ pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> B
         max_memory_bytes: slidegate::store::memory::DEFAULT_MAX_BYTES,
         max_rules_per_key: 16,
         deny_cache_entries: 100_000,
+        max_store_calls: 1024,
     };
     Backend::connect(&args).await.expect("the store opens")
 }
