@@ -289,6 +289,19 @@ impl Rule {
         }
     }
 
+    /// The most one hit (or the hits of one decision on one state) may
+    /// cost under this rule: its limit, which a larger cost could never
+    /// pass, or for a rule that [reports](Rule::reporting) usage, which
+    /// may exceed the limit, [`Rate::MAX_LIMIT`].
+    #[inline]
+    pub fn max_cost(&self) -> u64 {
+        if self.reports() {
+            Rate::MAX_LIMIT
+        } else {
+            self.limit
+        }
+    }
+
     /// True when the rule [reports](Rule::reporting) usage.
     #[inline]
     pub fn reports(&self) -> bool {

@@ -405,16 +405,6 @@ fn drop_replaced(plans: &mut [Option<Planned<'_>>]) {
     }
 }
 
-/// The most a descriptor may cost under `rule`: its limit, or for a rule
-/// that reports usage (which may exceed it), the largest limit.
-fn most(rule: Rule) -> u64 {
-    if rule.reports() {
-        slidegate::Rate::MAX_LIMIT
-    } else {
-        rule.limit()
-    }
-}
-
 /// Marks descriptors whose cost, added to earlier ones on the same counter
 /// and rule, exceeds the limit.
 fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
@@ -428,7 +418,7 @@ fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
                 .flatten()
                 .filter(|e| e.rule() == Some(rule) && e.key == p.key)
                 .fold(p.cost, |sum, e| sum.saturating_add(e.cost));
-            p.too_costly = sum > most(rule);
+            p.too_costly = sum > rule.max_cost();
         }
         return;
     }
@@ -440,7 +430,7 @@ fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
             let Some(rule) = p.rule() else { return false };
             let sum = before.entry((p.key.as_str(), rule)).or_insert(0);
             *sum = sum.saturating_add(p.cost);
-            *sum > most(rule)
+            *sum > rule.max_cost()
         })
         .collect();
     for (plan, too_costly) in plans.iter_mut().zip(too_costly) {

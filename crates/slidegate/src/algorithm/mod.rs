@@ -239,14 +239,10 @@ pub(crate) fn blocked(decision: Decision, blocked_until: u64, now: u64) -> Decis
     )
 }
 
-/// The answer to a reporting hit of a batch that was denied, once its
-/// cost is recorded: `before` is what it got before (its check, and its
-/// lockout), `probe` a check of cost 0 after recording. Still denied if it was, with
-/// the state as the report left it: when the next request may pass.
-pub(crate) fn reported(before: Decision, probe: Decision) -> Decision {
-    if before.allowed {
-        return probe;
-    }
+/// The answer to a reporting hit that was denied, once its cost is
+/// recorded: `probe` is a check of cost 0 after recording. Still denied,
+/// with the state as the report left it: when the next request may pass.
+pub(crate) fn reported(probe: Decision) -> Decision {
     let retry = if probe.allowed {
         0
     } else {

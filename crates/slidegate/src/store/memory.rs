@@ -644,14 +644,6 @@ where
         for hit in hits {
             check_cost(&[hit.rule], hit.cost)?;
         }
-        self.decide_hits(hits)
-    }
-
-    fn decide_hits<Q>(&self, hits: &[Hit<'_, Q>]) -> Result<Vec<Decision>>
-    where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
-    {
         let inner = &*self.inner;
         let index = BatchKeys::new(hits);
         match inner.acquire_batch(hits, &index, decide_all) {

@@ -231,13 +231,11 @@ pub(crate) fn check_cost(rules: &[Rule], cost: u64) -> Result<()> {
         return Err(Error::NoRules);
     }
     for rule in rules {
-        let limit = if rule.reports() {
-            crate::Rate::MAX_LIMIT
-        } else {
-            rule.limit()
-        };
-        if cost > limit {
-            return Err(Error::CostExceedsLimit { cost, limit });
+        if cost > rule.max_cost() {
+            return Err(Error::CostExceedsLimit {
+                cost,
+                limit: rule.max_cost(),
+            });
         }
     }
     Ok(())

@@ -396,10 +396,10 @@ impl Reference {
                 .filter(|(k, r, _)| k == key && r.same_state(rule))
                 .map(|(_, _, c)| c)
                 .sum();
-            if before + cost > rule.limit() && !rule.reports() {
+            if before + cost > max_cost(rule) {
                 return Err(Error::CostExceedsLimit {
                     cost: before + cost,
-                    limit: rule.limit(),
+                    limit: max_cost(rule),
                 });
             }
             asked.push(if *cost == 0 { 0 } else { before + cost });

@@ -22,6 +22,8 @@ pub(crate) struct LockedHit {
     pub(crate) report: bool,
     /// The rule's lockout (µs), 0 when none.
     pub(crate) block_us: u64,
+    /// [`Rule::max_cost`] of the rule asked.
+    pub(crate) max_cost: u64,
 }
 
 impl LockedHit {
@@ -33,6 +35,7 @@ impl LockedHit {
             cost,
             report: rule.reports(),
             block_us: rule.block_micros(),
+            max_cost: rule.max_cost(),
         }
     }
 
@@ -119,15 +122,16 @@ pub(crate) fn decide_all(
     if !decisions.iter().all(Decision::allowed) {
         forget_created(keys, hits, &checked.created, now, bounds);
         if hits.iter().any(LockedHit::has_options) {
-            let before = decisions.clone();
-            start_blocks(keys, hits, &before, now, bounds);
+            start_blocks(keys, hits, &decisions, now, bounds);
             record_reports(keys, hits, &checked.pairs, now, bounds)?;
+            // The hits that would have passed answer the state, reports
+            // included; a denied report answers it too, still denied (a
+            // probe that the report left denied is the same answer).
             report_state(keys, hits, &mut decisions, now, bounds);
-            for ((hit, decision), before) in hits.iter().zip(&mut decisions).zip(before) {
-                if hit.report && hit.cost > 0 && !before.allowed() {
+            for (hit, decision) in hits.iter().zip(&mut decisions) {
+                if hit.report && hit.cost > 0 && !decision.allowed() {
                     let (slot, rules) = keys.get(hit.key);
-                    let probe = slot.check(hit.rule, now, 0, bounds, rules);
-                    *decision = reported(before, probe);
+                    *decision = reported(slot.check(hit.rule, now, 0, bounds, rules));
                 }
             }
             answer_blocks(keys, hits, &mut decisions, now);
@@ -260,12 +264,10 @@ pub(super) fn check_all<'a>(
     let mut asked = Vec::with_capacity(hits.len());
     for (i, hit) in hits.iter().enumerate() {
         let total = pairs.add(i);
-        // A report may exceed the limit (checked against the largest
-        // limit at the store's door).
-        if total > hit.rule.limit() && !hit.report {
+        if total > hit.max_cost {
             return Err(Error::CostExceedsLimit {
                 cost: total,
-                limit: hit.rule.limit(),
+                limit: hit.max_cost,
             });
         }
         asked.push(if hit.cost == 0 { 0 } else { total });

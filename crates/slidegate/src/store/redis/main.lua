@@ -54,6 +54,32 @@ end
 -- layout (mode 6), even alone. The lockout's steps are decide()'s for one
 -- hit, without its tables. A plain call of one such hit, and each such
 -- hit of a coalesced call (batch.lua), is decided here.
+-- A lockout lives beside its state, in the state's key with ':block'
+-- appended (the same hash tag, so the same slot): the time it ends,
+-- expiring then; 0 when there is none.
+local function read_block(key)
+  return tonumber(redis.call('GET', key .. ':block')) or 0
+end
+
+local function write_block(key, blocked)
+  redis.call('SET', key .. ':block', format('%d', blocked), 'PX',
+    format('%d', ttl_ms(blocked, now, margin)))
+end
+
+-- An answer (allowed, remaining, retry, reset) under a lockout that runs
+-- until `blocked`: denied until it ends (or later, if the algorithm says
+-- so), nothing remaining; unchanged once it has ended.
+local function under_lockout(blocked, allowed, remaining, retry, reset)
+  if blocked <= now then
+    return allowed, remaining, retry, reset
+  end
+  local rest = blocked - now
+  if allowed == 1 or retry < rest then
+    retry = rest
+  end
+  return 0, 0, retry, math.max(reset, rest)
+end
+
 local function decide_one(index, code, limit, window, c)
   local block = math.floor(code / 8)
   local algorithm = build(code % 4)
@@ -61,19 +87,14 @@ local function decide_one(index, code, limit, window, c)
   local allowed, _, remaining, retry, reset = algorithm.check(st, now, c)
   local blocked = 0
   if block > 0 then
-    blocked = tonumber(redis.call('GET', st.key .. ':block')) or 0
+    blocked = read_block(st.key)
     if blocked <= now and allowed == 0 and c > 0 then
       blocked = now + block
-      redis.call('SET', st.key .. ':block', format('%d', blocked), 'PX',
-        format('%d', ttl_ms(blocked, now, margin)))
+      write_block(st.key, blocked)
     end
   end
   if blocked > now then
-    local rest = blocked - now
-    if allowed == 1 or retry < rest then
-      retry = rest
-    end
-    allowed, remaining, reset = 0, 0, math.max(reset, rest)
+    allowed, remaining, retry, reset = under_lockout(blocked, allowed, remaining, retry, reset)
   elseif allowed == 1 and c > 0 then
     algorithm.record(st, now, c)
     st.kept = true
@@ -131,8 +152,7 @@ local function decide(spec, at, n, mode, base, nkeys)
   end
 
   -- Options ride in the algorithm code: code + 4 * report + 8 * lockout
-  -- (µs). A lockout is kept beside the state, in its key with ':block'
-  -- appended (the same hash tag, so the same slot): the time it ends.
+  -- (µs); a lockout is kept beside the state (write_block).
   local state, costs, askeds, states, reports, blocks = {}, {}, {}, {}, {}, {}
   local optioned = false
   for i = 1, n do
@@ -151,7 +171,7 @@ local function decide(spec, at, n, mode, base, nkeys)
       optioned = true
     end
     if blocks[i] > 0 and not st.blocked then
-      st.blocked = tonumber(redis.call('GET', st.key .. ':block')) or 0
+      st.blocked = read_block(st.key)
     end
   end
 
@@ -168,12 +188,9 @@ local function decide(spec, at, n, mode, base, nkeys)
   -- later, if its rule says so), nothing remaining.
   local function under_block(i)
     local st, j = state[i], 4 * (i - 1)
-    if blocks[i] > 0 and st.blocked > now then
-      local rest = st.blocked - now
-      if reply[j + 1] == 1 or reply[j + 3] < rest then
-        reply[j + 3] = rest
-      end
-      reply[j + 1], reply[j + 2], reply[j + 4] = 0, 0, math.max(reply[j + 4], rest)
+    if blocks[i] > 0 then
+      reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4] =
+        under_lockout(st.blocked, reply[j + 1], reply[j + 2], reply[j + 3], reply[j + 4])
     end
   end
   for i = 1, n do
@@ -262,8 +279,7 @@ local function decide(spec, at, n, mode, base, nkeys)
       st.algorithm.save(st, now, margin)
     end
     if st.block_dirty then
-      redis.call('SET', st.key .. ':block', format('%d', st.blocked), 'PX',
-        format('%d', ttl_ms(st.blocked, now, margin)))
+      write_block(st.key, st.blocked)
     end
   end
 

@@ -180,12 +180,10 @@ impl<'a> Plan<'a> {
                 }
             };
             let total = totals[state].saturating_add(cost);
-            // A report may exceed the limit (up to the largest limit,
-            // checked at the store's door).
-            if total > rule.limit() && !asked_rule.reports() {
+            if total > asked_rule.max_cost() {
                 return Err(Error::CostExceedsLimit {
                     cost: total,
-                    limit: rule.limit(),
+                    limit: asked_rule.max_cost(),
                 });
             }
             totals[state] = total;
