@@ -26,27 +26,13 @@ SECONDS_PER_RUN=${SECONDS_PER_RUN:-3}
 ROUNDS=${ROUNDS:-3}
 KEYS=${KEYS:-10000}
 CONCURRENCY=${CONCURRENCY:-64}
-for tool in redis-server redis-cli; do
-  command -v "$tool" >/dev/null || {
-    echo "bench-options: $tool is missing (Debian: apt-get install redis-server)" >&2
-    exit 1
-  }
-done
 cd "$(dirname "$0")/.."
-if [ -z "${SLIDEGATE:-}" ]; then
-  TARGET=${CARGO_TARGET_DIR:-$(pwd)/target}
-  cargo build --release --quiet -p slidegate-server
-  SLIDEGATE=$TARGET/release/slidegate
-fi
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# need_tools, slidegate_binary, start_work.
+# shellcheck source=scripts/lib/run.sh
+source scripts/lib/run.sh
+need_tools redis-server redis-cli
+slidegate_binary
+start_work
 # shellcheck source=scripts/lib/ports.sh
 source scripts/lib/ports.sh
 # median, range.

@@ -40,29 +40,13 @@ CASES="acquire healthz should-rate-limit health"
 TICKS=$(getconf CLK_TCK)
 NEEDS_REDIS=$FLOOD
 [[ " $STORES " == *" redis "* ]] && NEEDS_REDIS=1
-if [ "$NEEDS_REDIS" = 1 ]; then
-  for tool in redis-server redis-cli; do
-    command -v "$tool" >/dev/null || {
-      echo "bench-server: $tool is missing (Debian: apt-get install redis-server)" >&2
-      exit 1
-    }
-  done
-fi
 cd "$(dirname "$0")/.."
-if [ -z "${SLIDEGATE:-}" ]; then
-  TARGET=${CARGO_TARGET_DIR:-$(pwd)/target}
-  cargo build --release --quiet -p slidegate-server
-  SLIDEGATE=$TARGET/release/slidegate
-fi
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# need_tools, slidegate_binary, start_work.
+# shellcheck source=scripts/lib/run.sh
+source scripts/lib/run.sh
+[ "$NEEDS_REDIS" = 1 ] && need_tools redis-server redis-cli
+slidegate_binary
+start_work
 
 # free_port, wait_port, cpu_ticks.
 # shellcheck source=scripts/lib/ports.sh

@@ -35,28 +35,14 @@ RATE=${RATE:-500}
 BURST_WAITERS=${BURST_WAITERS:-1000}
 MODES=${MODES:-steady burst}
 STORES=${STORES:-memory redis}
-if [[ " $STORES " == *" redis "* ]]; then
-  command -v redis-server >/dev/null || {
-    echo "bench-wait: redis-server is missing (Debian: apt-get install redis-server)" >&2
-    exit 1
-  }
-fi
 cd "$(dirname "$0")/.."
-if [ -z "${SLIDEGATE:-}" ]; then
-  TARGET=${CARGO_TARGET_DIR:-$(pwd)/target}
-  cargo build --release --quiet -p slidegate-server
-  SLIDEGATE=$TARGET/release/slidegate
-fi
+# need_tools, slidegate_binary, start_work.
+# shellcheck source=scripts/lib/run.sh
+source scripts/lib/run.sh
+[[ " $STORES " == *" redis "* ]] && need_tools redis-server
+slidegate_binary
 cargo bench --quiet -p slidegate-server --bench wait_http --no-run 2>/dev/null
-
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+start_work
 
 # free_port, wait_port.
 # shellcheck source=scripts/lib/ports.sh

@@ -1,0 +1,35 @@
+# Shared by the benchmark scripts that drive `slidegate` (sourced, not
+# run, from the repository's root): the tools they need, the binary they
+# measure, and a work directory whose processes stop with the script.
+
+# need_tools TOOL...: exits with a message naming the first one missing.
+need_tools() {
+  for tool in "$@"; do
+    command -v "$tool" >/dev/null || {
+      echo "${0##*/}: $tool is missing (Debian: apt-get install redis-server)" >&2
+      exit 1
+    }
+  done
+}
+
+# slidegate_binary: SLIDEGATE, or this tree's release build (built now).
+slidegate_binary() {
+  if [ -z "${SLIDEGATE:-}" ]; then
+    cargo build --release --quiet -p slidegate-server
+    SLIDEGATE=${CARGO_TARGET_DIR:-$(pwd)/target}/release/slidegate
+  fi
+}
+
+# start_work: WORK, a temporary directory, and PIDS, the processes to
+# stop; both cleaned up when the script exits.
+start_work() {
+  WORK=$(mktemp -d)
+  PIDS=()
+  trap cleanup_work EXIT
+}
+
+cleanup_work() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"
+}
