@@ -46,6 +46,12 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
+# A clean checkout gains nothing from incremental builds, which would double
+# the build directory's size.
+if [ "${CI:-}" = true ]; then
+  export CARGO_INCREMENTAL=0
+fi
+
 echo "==> cargo fmt --check"
 cargo fmt --all -- --check
 
@@ -62,3 +68,6 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --all-features --no-deps
 
 echo "==> cargo test"
 cargo test --workspace --all-features
+
+target_dir="${CARGO_TARGET_DIR:-target}"
+echo "==> build directory: $(du -sh "$target_dir" 2>/dev/null | cut -f1) in $target_dir"
