@@ -21,9 +21,7 @@
 #
 # Needs redis-server (for the Redis rows). Environment: ROUNDS (default
 # 5), LIMIT (default 250), WINDOW_MS (default 1000), WAITERS (default
-# 2000), RATE (default 500), BURST_WAITERS (default 1000: the server makes
-# at most 1024 store calls at once and answers the rest by its failure
-# policy, degraded), MODES (default "steady burst"), STORES (default
+# 2000), RATE (default 500), BURST_WAITERS (default 1000), MODES (default "steady burst"), STORES (default
 # "memory redis"), SERVE_FLAGS (extra `serve` flags), SLIDEGATE (a binary
 # to measure instead of building this tree's).
 set -euo pipefail

@@ -1,6 +1,7 @@
-//! `--max-store-calls`: the Redis store's calls in flight at once. Beyond
-//! them a decision is answered by the failure policy at once, marked
-//! degraded; within them it waits for Redis.
+//! `--max-store-calls`: the Redis store's calls in flight at once. A
+//! decision beyond them waits for a call to end, within its deadline
+//! (`--store-timeout-ms`); if none ends in time, the failure policy
+//! answers it, marked degraded.
 
 mod common;
 
@@ -13,11 +14,11 @@ use slidegate::{Rule, Store};
 use slidegate_server::backend::{Backend, StoreUrl};
 use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
 
-async fn open(redis: &Redis, max_store_calls: u32) -> Backend {
+async fn open(redis: &Redis, max_store_calls: u32, timeout_ms: u64) -> Backend {
     let args = StoreArgs {
         url: StoreUrl::Redis(redis.url()),
         on_error: FailurePolicy::Deny,
-        timeout_ms: 5_000,
+        timeout_ms,
         clock: ClockMode::Server,
         coalesce: CoalesceMode::On,
         expiry_margin_ms: None,
@@ -30,15 +31,16 @@ async fn open(redis: &Redis, max_store_calls: u32) -> Backend {
     Backend::connect(&args).await.expect("the store opens")
 }
 
-/// While Redis sleeps, one decision holds the only call allowed; a second
-/// is answered at once by the policy (here: denied, degraded). With room
-/// for both, the second waits for Redis and is decided by it.
+/// While Redis sleeps, one decision holds the only call allowed. With a
+/// deadline longer than the sleep, a second decision waits for that call
+/// to end and is decided by Redis; with a shorter one, the policy (here:
+/// deny) answers it by its deadline, before Redis wakes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_decision_beyond_the_calls_in_flight_is_answered_by_the_policy_at_once() {
+async fn a_decision_beyond_the_calls_in_flight_waits_for_one_within_its_deadline() {
     let redis = Arc::new(Redis::start_with(&["--enable-debug-command", "local"]));
     let rule = [Rule::parse("100/1m").expect("a valid rule")];
-    for (max_store_calls, second_waits) in [(1, false), (2, true)] {
-        let backend = Arc::new(open(&redis, max_store_calls).await);
+    for (timeout_ms, sleep, by_redis) in [(5_000, "0.6", true), (400, "1.2", false)] {
+        let backend = Arc::new(open(&redis, 1, timeout_ms).await);
         // The connection is up before Redis sleeps.
         assert!(
             backend
@@ -48,32 +50,37 @@ async fn a_decision_beyond_the_calls_in_flight_is_answered_by_the_policy_at_once
                 .allowed()
         );
         let sleeper = Arc::clone(&redis);
-        let sleep = std::thread::spawn(move || sleeper.text(&["DEBUG", "SLEEP", "0.6"]));
+        let sleep = std::thread::spawn(move || sleeper.text(&["DEBUG", "SLEEP", sleep]));
         while redis_answers_within(&redis, Duration::from_millis(20)) {
             std::thread::sleep(Duration::from_millis(2));
         }
+        let slept_from = Instant::now();
         let first = {
             let backend = Arc::clone(&backend);
             tokio::spawn(async move { backend.acquire("a", &rule, 1).await })
         };
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let asked = Instant::now();
         let second = backend.acquire("b", &rule, 1).await.expect("decided");
-        let took = asked.elapsed();
+        let answered_after = slept_from.elapsed();
         let first = first.await.expect("the first call").expect("decided");
         assert_eq!(sleep.join().expect("DEBUG SLEEP"), "OK");
-        assert!(
-            first.allowed() && !first.degraded(),
-            "Redis decided: {first:?}"
-        );
-        if second_waits {
-            assert!(second.allowed() && !second.degraded(), "{second:?}");
-        } else {
+        if by_redis {
+            assert!(first.allowed() && !first.degraded(), "{first:?}");
             assert!(
-                !second.allowed() && second.degraded(),
-                "answered by the policy (deny): {second:?}"
+                second.allowed() && !second.degraded(),
+                "waited and decided by Redis: {second:?}"
             );
-            assert!(took < Duration::from_millis(300), "at once: {took:?}");
+        } else {
+            for d in [first, second] {
+                assert!(
+                    !d.allowed() && d.degraded(),
+                    "answered by the policy (deny): {d:?}"
+                );
+            }
+            assert!(
+                answered_after < Duration::from_millis(1_000),
+                "by its deadline, before Redis woke: {answered_after:?}"
+            );
         }
     }
 }

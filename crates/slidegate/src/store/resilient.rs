@@ -14,8 +14,9 @@
 //!   deadline is a failure. On a Redis Cluster there is one breaker per
 //!   master: a dead master degrades only the keys it serves
 //!   ([`open_circuits`](ResilientStore::open_circuits) names them);
-//! - a **bound on calls in flight** (`max_in_flight`, default 1024): no
-//!   pile-up of waiting tasks when the backend is slow;
+//! - a **bound on calls in flight** (`max_in_flight`, default 1024): a
+//!   decision beyond it waits for a call to end, within its own deadline,
+//!   and is answered by the policy if none ends in time;
 //! - a **failure policy** for every decision the backend could not make:
 //!   [`FailurePolicy::Deny`], [`FailurePolicy::Allow`], or
 //!   [`FailurePolicy::Local`] (the default: an in-process store with the
@@ -256,8 +257,9 @@ impl<S: Store> ResilientStoreBuilder<S> {
         self
     }
 
-    /// Most backend calls in flight at once (default 1024); beyond it,
-    /// the policy decides at once.
+    /// Most backend calls in flight at once (default 1024). A decision
+    /// beyond them waits for one to end, and is decided by the policy if
+    /// none ends before its deadline ([`timeout`](Self::timeout)).
     pub fn max_in_flight(mut self, calls: usize) -> Self {
         self.max_in_flight = calls.max(1);
         self
@@ -344,14 +346,19 @@ impl<S: Store> Shared<S> {
         let Some(permit) = self.breaker.permit(deadline) else {
             return Ok(Call::Failed);
         };
-        let Ok(_slot) = self.in_flight.try_acquire() else {
+        let deadline_tokio = tokio::time::Instant::from_std(deadline);
+        // A burst beyond the bound waits its turn rather than being decided
+        // by the policy while the backend is healthy; the wait counts
+        // against the same deadline.
+        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline_tokio, self.in_flight.acquire()).await
+        else {
             // Not the backend's fault: leave the breaker as it is, but let
             // a waiting probe go again.
             permit.release();
             return Ok(Call::Failed);
         };
         let gate = Gate::new(Arc::clone(&self.nodes), deadline);
-        let result = tokio::time::timeout(self.timeout, gate.scope(call)).await;
+        let result = tokio::time::timeout_at(deadline_tokio, gate.scope(call)).await;
         let failed = match &result {
             Ok(Ok(_)) => false,
             Ok(Err(error)) => error.is_store_failure(),

@@ -7,6 +7,7 @@ use crate::clock::ManualClock;
 const OK: u8 = 0;
 const FAIL: u8 = 1;
 const STALL: u8 = 2;
+const SLOW: u8 = 3;
 
 /// A memory store that can be told to fail or to stall, and counts calls:
 /// stands in for a backend's failures (the Redis fault tests use real ones).
@@ -44,6 +45,10 @@ impl Switchable {
             STALL => {
                 tokio::time::sleep(Duration::from_secs(30)).await;
                 Err(Error::Store("stalled".into()))
+            }
+            SLOW => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(())
             }
             _ => Ok(()),
         }
@@ -311,6 +316,9 @@ async fn after_a_long_outage_the_store_is_used_again_within_a_second() {
     }
 }
 
+/// A decision beyond the calls in flight waits for one to end, but never
+/// past its own deadline: behind a stalled call it is answered by the
+/// policy when its deadline comes.
 #[tokio::test]
 async fn calls_in_flight_are_bounded() {
     let clock = ManualClock::new();
@@ -328,8 +336,42 @@ async fn calls_in_flight_are_bounded() {
     tokio::time::sleep(Duration::from_millis(20)).await;
     let started = Instant::now();
     let d = store.acquire("b", &[rule("5/1s")], 1).await.unwrap();
-    assert!(d.degraded() && started.elapsed() < Duration::from_millis(100));
+    assert!(d.degraded(), "{d:?}");
+    assert!(
+        started.elapsed() < Duration::from_millis(600),
+        "answered by its deadline: {:?}",
+        started.elapsed()
+    );
     assert!(slow.await.unwrap().unwrap().degraded());
+}
+
+/// A burst beyond the bound on a healthy backend is decided by the
+/// backend, in turns, and not handed to the policy.
+#[tokio::test]
+async fn a_burst_beyond_the_calls_in_flight_waits_for_its_turn() {
+    let clock = ManualClock::new();
+    let backend = Switchable::new(&clock);
+    let store = ResilientStore::builder(backend.clone())
+        .policy(FailurePolicy::Allow)
+        .timeout(Duration::from_secs(2))
+        .max_in_flight(2)
+        .deny_cache(None)
+        .build();
+    backend.set(SLOW);
+    let burst: Vec<_> = (0..6)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move { store.acquire("k", &[rule("4/1m")], 1).await })
+        })
+        .collect();
+    let mut allowed = 0;
+    for call in burst {
+        let d = call.await.unwrap().unwrap();
+        assert!(!d.degraded(), "decided by the backend: {d:?}");
+        allowed += u32::from(d.allowed());
+    }
+    assert_eq!(allowed, 4, "the backend's limit holds for the whole burst");
+    assert_eq!(backend.calls(), 6);
 }
 
 #[tokio::test]
