@@ -46,8 +46,8 @@ if ! command -v chromium >/dev/null 2>&1; then
   fi
 fi
 
-# A clean checkout gains nothing from incremental builds, which would double
-# the build directory's size.
+# A clean checkout gains nothing from incremental builds, which would add
+# several GB to the build directory.
 if [ "${CI:-}" = true ]; then
   export CARGO_INCREMENTAL=0
 fi
