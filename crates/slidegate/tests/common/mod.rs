@@ -5,3 +5,4 @@ pub mod redis_log;
 pub mod redis_server;
 pub mod reference;
 pub mod scenarios;
+pub mod standin_sentinel;

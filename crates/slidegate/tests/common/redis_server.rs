@@ -253,6 +253,17 @@ impl SentinelGroup {
         hosts.join(",")
     }
 
+    /// How many of the sentinels name the node on `port` as the master now.
+    pub fn naming(&self, port: u16) -> usize {
+        self.sentinels
+            .iter()
+            .filter(|s| {
+                command_fields(s, &["SENTINEL", "get-master-addr-by-name", MASTER_NAME])
+                    .is_some_and(|addr| addr.get(1).is_some_and(|p| *p == port.to_string()))
+            })
+            .count()
+    }
+
     /// The port of the master the sentinels name now.
     pub fn master_port(&self) -> Option<u16> {
         self.sentinels.iter().find_map(|s| {
@@ -267,7 +278,7 @@ impl SentinelGroup {
 impl RedisServer {
     /// A sentinel on a free port, monitoring the master on `master_port`
     /// (with its password), itself behind `password`.
-    fn start_sentinel(
+    pub fn start_sentinel(
         master_port: u16,
         master_password: Option<&str>,
         password: Option<&str>,
@@ -313,6 +324,29 @@ impl RedisServer {
         };
         server.wait_for(|| server.command(&["PING"]).as_deref() == Some("PONG"));
         server
+    }
+
+    /// How many times each command was called (or refused) since the
+    /// server started or `CONFIG RESETSTAT`, by `INFO commandstats`
+    /// (`"auth"`, `"evalsha"`, `"script|load"`…). The fixture's own `AUTH`
+    /// before this `INFO` is counted.
+    pub fn commands_received(&self) -> std::collections::BTreeMap<String, u64> {
+        let info = self
+            .command(&["INFO", "commandstats"])
+            .expect("INFO commandstats");
+        info.lines()
+            .filter_map(|line| {
+                let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+                let count = |field: &str| {
+                    stats.split(',').find_map(|kv| {
+                        let (k, v) = kv.split_once('=')?;
+                        (k == field).then(|| v.parse::<u64>().ok())?
+                    })
+                };
+                let total = count("calls")? + count("rejected_calls").unwrap_or(0);
+                Some((name.to_owned(), total))
+            })
+            .collect()
     }
 
     /// SIGKILL now, and wait until the process is gone.

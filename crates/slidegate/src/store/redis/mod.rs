@@ -79,6 +79,7 @@ mod builder;
 mod coalesce;
 mod cross_slot;
 mod keys;
+mod quorum;
 mod script;
 mod sentinel;
 mod topology;

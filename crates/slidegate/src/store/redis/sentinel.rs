@@ -1,25 +1,32 @@
 //! Redis Sentinel: which node is the master now, and its lane, swapped
 //! when the sentinels promote another.
 //!
-//! A `redis+sentinel://` URL names sentinels and a master name. The master
-//! is found as the Sentinel client protocol asks: the sentinels answer
-//! `SENTINEL get-master-addr-by-name` (all asked at once), and a node one
-//! of them names must say `master` to `ROLE` before any call goes to it, so
-//! a write never goes to a replica that a stale sentinel still names. The sentinels are asked
-//! on first use, then at most once a second while calls are made (a
-//! promotion is seen without a single failed call), and soon after a call
-//! fails (a dead master, or `READONLY` from an old master that came back as
-//! a replica). When another master is found, new calls go to its lane (a
-//! connection of its own, and a circuit breaker of its own, named after its
-//! address); calls already out on the old one finish or fail there, and the
-//! failure policy answers for those, as for any failed call.
+//! A `redis+sentinel://` URL names sentinels and a master name. The
+//! sentinels are all asked `SENTINEL get-master-addr-by-name` at once, and
+//! a node is followed only when a majority of the URL's sentinels name it
+//! (see `quorum.rs`) and it says `master` to `ROLE`: a write never goes to
+//! a replica that stale sentinels still name, and a sentinel that names
+//! another node than the others (stale, misconfigured or hostile) moves
+//! nothing and is never sent the master's password, since no connection
+//! is opened to a node only a minority names. The master in use is kept
+//! until a majority names another, or until it says it is no master any
+//! more (then no call goes to it until the majority names one that is).
+//! The sentinels are asked on first use, then at most once a second while
+//! calls are made (a promotion is seen without a single failed call), and
+//! soon after a call fails (a dead master, or `READONLY` from an old
+//! master that came back as a replica). When another master is followed,
+//! new calls go to its lane (a connection of its own, and a circuit
+//! breaker of its own, named after its address); calls already out on the
+//! old one finish or fail there, and the failure policy answers for those,
+//! as for any failed call.
 //!
 //! When no sentinel answers, the master known stays in use (the sentinels
 //! being down says nothing about the master). Until a master is known,
 //! calls wait for the first lookup within their deadline, then fail.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -28,6 +35,7 @@ use tokio::sync::watch;
 
 use super::coalesce::Lane;
 use super::describe;
+use super::quorum::{Said, Votes, node_of};
 use super::topology::{Connect, NodeUrl};
 use crate::error::{Error, Result};
 
@@ -178,13 +186,15 @@ pub(crate) struct Sentinel {
     state: watch::Sender<State>,
     /// Why the last lookup found no master, for the error of a call.
     why: Mutex<String>,
+    /// The node each sentinel that disagrees with the others was last
+    /// logged naming (by the sentinel's index): a disagreement is logged
+    /// when it starts or changes, not at every lookup.
+    dissent: Mutex<HashMap<usize, String>>,
     origin: Instant,
     /// When the last lookup ended (µs since `origin`, 0: never).
     looked_us: AtomicU64,
     /// A lookup is under way (cleared by a guard, whatever becomes of it).
     looking: AtomicBool,
-    /// The sentinel that answered last: asked first next time.
-    first: AtomicUsize,
 }
 
 impl std::fmt::Debug for Sentinel {
@@ -216,10 +226,10 @@ impl Sentinel {
             connect,
             state: watch::Sender::new(State::default()),
             why: Mutex::new("the sentinels were not asked yet".into()),
+            dissent: Mutex::new(HashMap::new()),
             origin: Instant::now(),
             looked_us: AtomicU64::new(0),
             looking: AtomicBool::new(false),
-            first: AtomicUsize::new(0),
         }))
     }
 
@@ -247,7 +257,10 @@ impl Sentinel {
         };
         self.refresh_if_due(true);
         let mut why = None;
-        if self.looking.load(Ordering::Acquire) {
+        // A lookup that ended since `seen` (between the two looks, however
+        // fast) has its outcome read, not the reason of an older one: it
+        // updates the state before it clears `looking`.
+        if self.looking.load(Ordering::Acquire) || state.borrow().lookups != seen {
             let found = tokio::time::timeout(
                 wait,
                 state.wait_for(|s| s.master.is_some() || s.lookups != seen),
@@ -300,63 +313,57 @@ impl Sentinel {
         // Without a runtime the guard is dropped here: the next call tries.
     }
 
-    /// Asks every sentinel at once which node is the master, then asks
-    /// the nodes they name, in turn, whether they are: the first that says
-    /// so is adopted. A node other than the one in use is asked first (the
-    /// sentinels that still name the old master after a failover have not
-    /// heard of it yet, and the old master may take a while to fail).
+    /// Asks every sentinel at once which node is the master. A node other
+    /// than the master in use is followed only when a majority of the
+    /// URL's sentinels name it and it answers `ROLE` as a master: one
+    /// sentinel alone moves nothing, and no connection (so no password)
+    /// goes to a node it alone names. The master in use is kept until then,
+    /// unless it says it is no master any more: then no call goes to it
+    /// until the majority names one that is.
     async fn look_up(&self) {
         let current = self.current();
-        let is_current = |addr: &str| current.as_ref().is_some_and(|m| *m.addr == *addr);
-        let (mut named, mut failures) = self.ask_all(&is_current).await;
-        // Stable: in the sentinels' order otherwise.
-        named.sort_by_key(|(_, addr)| is_current(addr));
-        let mut tried: Vec<&str> = Vec::new();
-        let mut demoted = false;
-        for (i, addr) in &named {
-            if tried.contains(&addr.as_str()) {
-                continue;
-            }
-            tried.push(addr);
-            let sentinel = &self.sentinels[*i].0;
-            let lane = match &current {
-                Some(master) if *master.addr == **addr => Arc::clone(&master.lane),
-                _ => match (self.connect)(&self.master_url.of(addr)) {
-                    Ok(lane) => lane,
-                    Err(e) => {
-                        failures.push(format!("{addr}: {e}"));
-                        continue;
-                    }
-                },
-            };
-            // The master in use is asked only to notice a demotion: a dead
-            // one must not hold up the search for the promoted replica.
-            let patience = if is_current(addr) {
-                REFRESH_AFTER_FAILURE
-            } else {
-                LOOKUP_TIMEOUT
-            };
-            match role(lane.connection(), patience).await {
-                Ok(role) if role == "master" => {
-                    self.first.store(*i, Ordering::Relaxed);
-                    self.adopt(current.as_ref(), addr.clone(), lane);
+        let in_use = current.as_ref().map(|m| &*m.addr);
+        let votes = self.ask_all(in_use).await;
+        let elected = votes.elected();
+        self.note_dissent(&votes, elected.or(in_use));
+        let mut why = Vec::new();
+        match elected {
+            Some(node) if Some(node) != in_use => match self.role_of_new(node).await {
+                Ok((lane, role)) if role == "master" => {
+                    self.adopt(current.as_ref(), node, lane, &votes);
                     return;
                 }
+                Ok((_, role)) => why.push(format!("{node} is a {role}")),
+                Err(e) => why.push(format!("{node}: {e}")),
+            },
+            Some(_) => {}
+            None => why.push(format!(
+                "no node is named by a majority ({} of {}) of the sentinels",
+                votes.majority(),
+                self.sentinels.len()
+            )),
+        }
+        // The master in use is asked only briefly: a dead one must not hold
+        // up the next lookup, and says nothing either way.
+        let mut demoted = false;
+        if let Some(master) = &current {
+            match role(master.lane.connection(), REFRESH_AFTER_FAILURE).await {
+                Ok(role) if role == "master" => {}
                 Ok(role) => {
-                    demoted |= is_current(addr);
-                    failures.push(format!("{addr}, named by {sentinel}, is a {role}"));
+                    demoted = true;
+                    why.push(format!("{} (in use) is a {role}", master.addr));
                 }
-                Err(why) => failures.push(format!("{addr}, named by {sentinel}: {why}")),
+                Err(e) => why.push(format!("{} (in use): {e}", master.addr)),
             }
         }
-        let why = failures.join("; ");
+        let why = format!("{votes}; {}", why.join("; "));
         if demoted {
             tracing::warn!(
                 name = %self.name,
                 why = %why,
                 "sentinel: the master in use is no longer a master; no calls go to it"
             );
-        } else {
+        } else if current.is_none() || elected.is_some_and(|node| Some(node) != in_use) {
             tracing::debug!(name = %self.name, why = %why, "sentinel: no new master found");
         }
         *self.why.lock() = why;
@@ -368,78 +375,95 @@ impl Sentinel {
         });
     }
 
-    /// The sentinels' answers, all asked at once: the master each names
-    /// (by the sentinel's index, the one that answered last first), and
-    /// what the others said. Once one names a node other than the master
-    /// in use, the others are not waited for.
-    async fn ask_all(
-        &self,
-        is_current: &impl Fn(&str) -> bool,
-    ) -> (Vec<(usize, String)>, Vec<String>) {
-        let count = self.sentinels.len();
-        let first = self.first.load(Ordering::Relaxed);
+    /// A lane to `node`, which a majority of the sentinels names, and what
+    /// it says it is.
+    async fn role_of_new(&self, node: &str) -> std::result::Result<(Arc<Lane>, String), String> {
+        let lane = (self.connect)(&self.master_url.of(node)).map_err(|e| e.to_string())?;
+        let role = role(lane.connection(), LOOKUP_TIMEOUT).await?;
+        Ok((lane, role))
+    }
+
+    /// The sentinels' answers, all asked at once. Once a majority names a
+    /// node other than the master in use (`in_use`), the others are not
+    /// waited for (a failover is followed at once); otherwise every
+    /// sentinel is heard, each within [`LOOKUP_TIMEOUT`], so that one that
+    /// disagrees is seen.
+    async fn ask_all(&self, in_use: Option<&str>) -> Votes {
         let mut asks = tokio::task::JoinSet::new();
         for (i, (_, connection)) in self.sentinels.iter().enumerate() {
             let (connection, name) = (connection.clone(), self.name.clone());
-            // Rotated: ties in the order go to the sentinel that answered last.
-            let rank = (i + count - first) % count;
-            asks.spawn(async move { (rank, i, ask(connection, &name).await) });
+            asks.spawn(async move { (i, ask(connection, &name).await) });
         }
-        let (mut named, mut failures) = (Vec::new(), Vec::new());
+        let mut votes = Votes::new(self.sentinels.len());
         while let Some(answer) = asks.join_next().await {
-            let Ok((rank, i, answer)) = answer else {
+            let Ok((i, said)) = answer else {
                 continue;
             };
-            let sentinel = &self.sentinels[i].0;
-            match answer {
-                Ok(Some(addr)) => {
-                    let new = !is_current(&addr);
-                    named.push((rank, i, addr));
-                    if new {
-                        break;
-                    }
-                }
-                Ok(None) => failures.push(format!(
-                    "sentinel {sentinel} knows no master named {:?}",
-                    self.name
-                )),
-                Err(why) => failures.push(format!("sentinel {sentinel}: {why}")),
+            votes.record(i, Arc::clone(&self.sentinels[i].0), said);
+            if votes.elected().is_some_and(|node| Some(node) != in_use) {
+                break;
             }
         }
-        named.sort_unstable_by_key(|(rank, _, _)| *rank);
-        let named = named.into_iter().map(|(_, i, addr)| (i, addr)).collect();
-        (named, failures)
+        votes
     }
 
-    /// Makes `addr` the master in use (if it is not already).
-    fn adopt(&self, current: Option<&Arc<Master>>, addr: String, lane: Arc<Lane>) {
-        let changed = current.is_none_or(|m| *m.addr != *addr);
+    /// Logs the sentinels that name another node than `agreed` (what the
+    /// majority names, or else the master in use) when one starts to, or
+    /// names another node than it was last logged naming; and once they
+    /// all agree again.
+    fn note_dissent(&self, votes: &Votes, agreed: Option<&str>) {
+        let mut logged = self.dissent.lock();
+        let mut changed = false;
+        for (sentinel, node, dissents) in votes.dissent(agreed) {
+            let Some(i) = self.sentinels.iter().position(|(s, _)| s == sentinel) else {
+                continue;
+            };
+            if dissents {
+                if logged.get(&i).is_none_or(|was| was != node) {
+                    logged.insert(i, node.to_owned());
+                    changed = true;
+                }
+            } else if logged.remove(&i).is_some() && logged.is_empty() {
+                tracing::info!(
+                    name = %self.name,
+                    sentinels = %votes,
+                    "sentinel: the sentinels agree again"
+                );
+            }
+        }
         if changed {
-            tracing::info!(
+            tracing::warn!(
                 name = %self.name,
-                master = %addr,
-                previous = current.map_or("none", |m| &m.addr),
-                "sentinel: following the master"
+                master = agreed.unwrap_or("none"),
+                majority = votes.majority(),
+                sentinels = %votes,
+                "sentinel: the sentinels disagree; only a node a majority of them names is followed"
             );
         }
+    }
+
+    /// Makes `node` the master in use.
+    fn adopt(&self, current: Option<&Arc<Master>>, node: &str, lane: Arc<Lane>, votes: &Votes) {
+        tracing::info!(
+            name = %self.name,
+            master = %node,
+            previous = current.map_or("none", |m| &m.addr),
+            named_by = %votes.naming(node),
+            sentinels = %votes,
+            "sentinel: following the master"
+        );
         self.state.send_modify(|state| {
-            if changed {
-                state.master = Some(Arc::new(Master {
-                    addr: addr.into(),
-                    lane,
-                }));
-            }
+            state.master = Some(Arc::new(Master {
+                addr: node.into(),
+                lane,
+            }));
             state.lookups += 1;
         });
     }
 }
 
-/// The master's `host:port` by one sentinel, `None` when it knows no
-/// master named `name`.
-async fn ask(
-    mut connection: ConnectionManager,
-    name: &str,
-) -> std::result::Result<Option<String>, String> {
+/// The master's `host:port` by one sentinel.
+async fn ask(mut connection: ConnectionManager, name: &str) -> Said {
     let mut lookup = redis::cmd("SENTINEL");
     lookup.arg("get-master-addr-by-name").arg(name);
     match tokio::time::timeout(
@@ -448,9 +472,13 @@ async fn ask(
     )
     .await
     {
-        Ok(Ok(addr)) => Ok(addr.map(|(host, port)| host_port(&host, port))),
-        Ok(Err(e)) => Err(describe(&e)),
-        Err(_) => Err(format!("no answer within {LOOKUP_TIMEOUT:?}")),
+        Ok(Ok(Some((host, port)))) => match node_of(&host, port) {
+            Ok(node) => Said::Names(node),
+            Err(why) => Said::Failed(why),
+        },
+        Ok(Ok(None)) => Said::KnowsNone,
+        Ok(Err(e)) => Said::Failed(describe(&e)),
+        Err(_) => Said::Failed(format!("no answer within {LOOKUP_TIMEOUT:?}")),
     }
 }
 
@@ -473,15 +501,6 @@ async fn role(
         Ok(Ok(other)) => Err(format!("ROLE answered {other:?}")),
         Ok(Err(e)) => Err(describe(&e)),
         Err(_) => Err(format!("no answer to ROLE within {patience:?}")),
-    }
-}
-
-/// `host:port`, with an IPv6 host in brackets.
-fn host_port(host: &str, port: u16) -> String {
-    if host.contains(':') && !host.starts_with('[') {
-        format!("[{host}]:{port}")
-    } else {
-        format!("{host}:{port}")
     }
 }
 
@@ -559,11 +578,5 @@ mod tests {
                 other => panic!("{bad}: {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn ipv6_masters_are_bracketed() {
-        assert_eq!(host_port("::1", 6379), "[::1]:6379");
-        assert_eq!(host_port("10.0.0.1", 6379), "10.0.0.1:6379");
     }
 }
