@@ -4,7 +4,9 @@
 //! follows the replica they promote when the master is SIGKILLed under
 //! load (policy-decided answers meanwhile, exact answers after), and a bad
 //! URL or sentinels that do not answer are an error or "not ready", never
-//! a panic.
+//! a panic. A third sentinel that names another master is outvoted: the
+//! running `slidegate serve` stays on the master the two others name, logs
+//! the disagreement once and follows nothing else.
 
 mod common;
 #[path = "common/load.rs"]
@@ -17,15 +19,17 @@ mod process;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::redis::{MASTER_NAME, Sentinels, free_port};
+use common::redis::{MASTER_NAME, Redis, Sentinels, free_port};
 use http::StatusCode;
 use load::{Answer, Latencies, Load, Sample, StallWatch};
 use outage::*;
+use process::Slidegate;
 use slidegate::store::resilient::FailurePolicy;
 
-/// How soon after a sentinel names the promoted replica every answer comes
-/// from it again: a failed call has the sentinels asked again within
-/// 100 ms, and the new master has a circuit breaker of its own.
+/// How soon after a majority of the sentinels name the promoted replica
+/// every answer comes from it again: a failed call has the sentinels asked
+/// again within 100 ms, and the new master has a circuit breaker of its
+/// own.
 const SETTLED: Duration = Duration::from_millis(1_000);
 
 /// `POST /v1/acquire` of `key` under `limit`/1m, `limit` times and once
@@ -84,17 +88,21 @@ async fn a_master_killed_under_load_fails_over_and_slidegate_follows() {
     );
     let killed = Instant::now();
     let watcher = std::sync::Arc::clone(&group);
-    let (promoted_at, named_at) = off_thread(move || {
-        let mut promoted = None;
+    let (promoted_at, first_named_at, named_at) = off_thread(move || {
+        let (mut promoted, mut first_named) = (None, None);
         loop {
             assert!(killed.elapsed() < Duration::from_secs(20), "no failover");
             if promoted.is_none() && watcher.replica_promoted() {
                 promoted = Some(Instant::now());
             }
-            if let Some(promoted) = promoted
-                && watcher.replica_named()
+            let naming = watcher.naming_the_replica();
+            if first_named.is_none() && naming > 0 {
+                first_named = Some(Instant::now());
+            }
+            if let (Some(promoted), Some(first_named)) = (promoted, first_named)
+                && naming > watcher.sentinels.len() / 2
             {
-                return (promoted, Instant::now());
+                return (promoted, first_named, Instant::now());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -131,15 +139,103 @@ async fn a_master_killed_under_load_fails_over_and_slidegate_follows() {
         _ => "never degraded".to_owned(),
     };
     eprintln!(
-        "sentinel failover: replica promoted {:.0} ms and named by a sentinel {:.0} ms after \
-         the kill; {window}; {}",
+        "sentinel failover: replica promoted {:.0} ms, named by a sentinel {:.0} ms and by a \
+         majority of them {:.0} ms after the kill; {window}; {}",
         ms(promoted_at),
+        ms(first_named_at),
         ms(named_at),
         Latencies::of(&samples)
     );
     // Exact again on the new master: a fresh key counts one by one.
     counts_exactly(&server, "after-failover", LIMIT).await;
     drop(group);
+}
+
+/// The JSON log lines of `server` whose message starts with `message`.
+fn logged(server: &Slidegate, message: &str) -> Vec<serde_json::Value> {
+    server
+        .logs()
+        .iter()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|json| {
+            json["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with(message))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_third_sentinel_naming_another_master_is_outvoted_logged_once_and_never_followed() {
+    let _serial = SERIAL.lock().await;
+    // M1 with its replica and three real sentinels, two of them in the
+    // URL; M2 a real master watched under the same name by a real
+    // sentinel of its own, the first of the URL.
+    let (group, m2, rogue) = off_thread(|| {
+        let group = Sentinels::start();
+        let m2 = Redis::start();
+        let rogue = Redis::start_sentinel(m2.port());
+        m2.text(&["CONFIG", "RESETSTAT"]);
+        (group, m2, rogue)
+    })
+    .await;
+    let url = format!(
+        "redis+sentinel://{},{},{}/{MASTER_NAME}",
+        rogue.addr(),
+        group.sentinels[0].addr(),
+        group.sentinels[1].addr()
+    );
+    let mut server = Slidegate::start(&["--store", &url, "--on-store-error", "deny"]);
+    // 24 requests over 6 s: the sentinels are asked about 6 times.
+    let body = br#"{"key":"split","limit":5,"window_ms":60000}"#;
+    let mut admitted = 0;
+    for _ in 0..24 {
+        let reply = common::request_to(
+            server.http,
+            http::Method::POST,
+            "/v1/acquire",
+            &[("content-type", "application/json")],
+            body.to_vec(),
+        )
+        .await;
+        let json = reply.json();
+        assert!(json.get("degraded").is_none(), "{json}");
+        admitted += u32::from(reply.status == StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    server.signal("TERM");
+    server.wait();
+    assert_eq!(admitted, 5, "admitted beyond the limit: the counters split");
+
+    let followed = logged(&server, "sentinel: following the master");
+    assert_eq!(followed.len(), 1, "flip-flop: {followed:#?}");
+    let fields = &followed[0]["fields"];
+    assert_eq!(fields["master"], group.master.addr(), "{fields}");
+    assert_eq!(fields["previous"], "none", "{fields}");
+    let disagree = logged(&server, "sentinel: the sentinels disagree");
+    assert_eq!(disagree.len(), 1, "logged once: {disagree:#?}");
+    let said = disagree[0]["fields"]["sentinels"]
+        .as_str()
+        .unwrap_or_default();
+    for sentinel in [
+        format!("{} names {}", rogue.addr(), m2.addr()),
+        format!(
+            "{} names {}",
+            group.sentinels[0].addr(),
+            group.master.addr()
+        ),
+        format!(
+            "{} names {}",
+            group.sentinels[1].addr(),
+            group.master.addr()
+        ),
+    ] {
+        assert!(said.contains(&sentinel), "{sentinel:?} not in {said:?}");
+    }
+    let m2_stats = m2.text(&["INFO", "commandstats"]);
+    for command in ["cmdstat_role:", "cmdstat_evalsha:", "cmdstat_eval:"] {
+        assert!(!m2_stats.contains(command), "M2 was used: {m2_stats}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

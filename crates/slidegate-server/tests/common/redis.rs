@@ -245,15 +245,19 @@ impl Sentinels {
             .is_ok_and(|v| text_of(&v).contains("role:master"))
     }
 
-    /// True when some sentinel names the replica as the master.
-    pub fn replica_named(&self) -> bool {
-        self.sentinels.iter().any(|s| {
-            matches!(
-                s.command(&["SENTINEL", "get-master-addr-by-name", MASTER_NAME]),
-                Ok(redis::Value::Array(addr))
-                    if addr.get(1).map(text_of) == Some(self.replica.port.to_string())
-            )
-        })
+    /// How many sentinels name the replica as the master (slidegate
+    /// follows it once a majority, two of three, do).
+    pub fn naming_the_replica(&self) -> usize {
+        self.sentinels
+            .iter()
+            .filter(|s| {
+                matches!(
+                    s.command(&["SENTINEL", "get-master-addr-by-name", MASTER_NAME]),
+                    Ok(redis::Value::Array(addr))
+                        if addr.get(1).map(text_of) == Some(self.replica.port.to_string())
+                )
+            })
+            .count()
     }
 }
 
