@@ -32,10 +32,10 @@
 //!   after failures): a dead master degrades only its own keys. The store
 //!   is ready while some master answers.
 //! - **Redis Sentinel.** With a `redis+sentinel://` URL, calls go to the
-//!   master the sentinels name (once it answers `ROLE` as one), asked
-//!   again once a second while in use and soon after a failed call; a
-//!   promoted replica gets a lane and a breaker of its own (see
-//!   `sentinel.rs`).
+//!   master a majority of the sentinels name (once it answers `ROLE` as
+//!   one), asked again once a second while in use and soon after a failed
+//!   call; a promoted replica gets a lane and a breaker of its own (see
+//!   `sentinel.rs` and `quorum.rs`).
 //! - **Compact state, little Redis CPU.** A sliding log is one binary
 //!   STRING: fixed-size records (time and running total, each truncated to
 //!   the few bytes the rule's window and limit need: 4 bytes at `100/1s`)
@@ -181,7 +181,8 @@ impl RedisStore {
     ///   (or `rediss+sentinel://`, TLS to the sentinels and the master) for
     ///   a master that Redis Sentinel fails over: the sentinels are asked
     ///   which node is the master, and asked again when calls fail and once
-    ///   a second, so that the store follows a failover. The user and
+    ///   a second, so that the store follows a failover. A node is followed
+    ///   only when a majority of the URL's sentinels name it. The user and
     ///   password are the master's; the sentinels' go in the query:
     ///   `?sentinel_username=USER&sentinel_password=PASSWORD`.
     pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
