@@ -17,6 +17,13 @@
 # the same machine); prints each run with the load average, then the
 # median and range of p50, p99 and max over the rounds.
 #
+# Exits 1, after the table, when a run broke what waiting promises: a
+# degraded or failed answer, more admitted than the limit allows from the
+# first arrival to 5 s after the last (over-admission), or fewer than
+# every request when all of them fit. A burst
+# beyond --max-store-calls (1,024) on Redis, decided by Redis in turns:
+#   BURST_WAITERS=2000 MODES=burst STORES=redis ROUNDS=3 scripts/bench-wait.sh
+#
 #   scripts/bench-wait.sh
 #
 # Needs redis-server (for the Redis rows). Environment: ROUNDS (default
@@ -33,6 +40,11 @@ RATE=${RATE:-500}
 BURST_WAITERS=${BURST_WAITERS:-1000}
 MODES=${MODES:-steady burst}
 STORES=${STORES:-memory redis}
+# The most one key admits to N requests at RATE a second (0: at once)
+# that wait up to 5 s each: LIMIT in every window from the first arrival
+# to 5 s after the last.
+fits() { local span=$((5000 + ($2 > 0 ? $1 * 1000 / $2 : 0))); echo $((LIMIT * (1 + (span + WINDOW_MS - 1) / WINDOW_MS))); }
+BROKEN=0
 cd "$(dirname "$0")/.."
 # need_tools, slidegate_binary, start_work.
 # shellcheck source=scripts/lib/run.sh
@@ -87,8 +99,13 @@ for round in $(seq "$ROUNDS"); do
         WAITERS=$n WAIT_RATE=$rate WAIT_LIMIT=$LIMIT WAIT_WINDOW_MS=$WINDOW_MS \
         cargo bench --quiet -p slidegate-server --bench wait_http 2>/dev/null)
       load=$(cut -d' ' -f1 /proc/loadavg)
-      [ "$(field "$json" passed)" = "$n" ] || echo "bench-wait: $mode, $store, round $round: not every request passed" >&2
-      [ "$(field "$json" degraded)" = 0 ] || echo "bench-wait: $mode, $store, round $round: degraded answers" >&2
+      passed=$(field "$json" passed)
+      fit=$(fits "$n" "$rate")
+      broken() { echo "bench-wait: $mode, $store, round $round: $1" >&2; BROKEN=1; }
+      [ "$passed" -le "$fit" ] || broken "over-admission: $passed passed, at most $fit fit"
+      [ "$passed" = "$n" ] || [ "$n" -gt "$fit" ] || broken "not every request passed"
+      [ "$(field "$json" degraded)" = 0 ] || broken "degraded answers"
+      [ "$(field "$json" failed)" = 0 ] || broken "failed requests"
       P50[$mode-$store]+="$(field "$json" p50_us) "
       P99[$mode-$store]+="$(field "$json" p99_us) "
       MAX[$mode-$store]+="$(field "$json" max_us) "
@@ -113,3 +130,4 @@ for mode in $MODES; do
     echo "| $mode | $store | $(ms "$(echo "${P50[$k]}" | median)") ($(echo "${P50[$k]}" | range_ms)) | $(ms "$(echo "${P99[$k]}" | median)") ($(echo "${P99[$k]}" | range_ms)) | $(ms "$(echo "${MAX[$k]}" | median)") ($(echo "${MAX[$k]}" | range_ms)) | $loads |"
   done
 done
+[ "$BROKEN" = 0 ] || exit 1

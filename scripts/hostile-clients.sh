@@ -10,6 +10,11 @@
 #   4. reloads counted over 2 minutes while a reader reads the rules file
 #      every 100 ms.
 #
+# Each test asserts what its figure is about (the head closed at 10 s, exit
+# 0 within the grace, every 4 MiB message refused and RSS within its
+# budget, no reload counted or logged); the script exits non-zero when one
+# fails.
+#
 # Usage: scripts/hostile-clients.sh   (builds the release binary first;
 #   SLIDEGATE=path/to/slidegate to use a binary already built). About 3 minutes.
 set -euo pipefail
@@ -20,6 +25,9 @@ if [ -z "${SLIDEGATE:-}" ]; then
   SLIDEGATE="${CARGO_TARGET_DIR:-target}/release/slidegate"
 fi
 
+# Each figure's test also asserts its bound: a broken bound prints the
+# failure and the script exits non-zero.
 SLIDEGATE_BINARY="$(realpath "$SLIDEGATE")" \
   cargo test -q -p slidegate-server --test hostile_figures -- \
-  --ignored --nocapture --test-threads 1 2>&1 | grep -o 'FIGURE.*'
+  --ignored --nocapture --test-threads 1 2>&1 | grep -E -o "FIGURE.*|panicked at.*|^(assertion|RSS grew|held|exited|reloads|every).*|test result: .*"
+

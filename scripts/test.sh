@@ -20,18 +20,24 @@ if ! need_redis; then
   fi
 fi
 
-# The systemd unit of docs/examples is checked with systemd-analyze verify;
-# without it that test is skipped (and says so).
-if ! command -v systemd-analyze >/dev/null 2>&1; then
+# Tools the ops tests run: bash (the Dockerfile's health check),
+# systemd-analyze (verify of the systemd unit of docs/examples) and
+# script(1) (a terminal for the log colour tests). Without one, its test
+# is skipped and says so; under CI=true it fails.
+need_tool() { # COMMAND DEBIAN_PACKAGE WHAT
+  command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "==> installing systemd (Debian package) for systemd-analyze verify"
+    echo "==> installing $2 (Debian package) for $3"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$2" >/dev/null
   else
-    echo "note: systemd-analyze is missing and this is not root with apt-get:" \
-      "the systemd unit test will be skipped"
+    echo "note: $1 is missing and this is not root with apt-get:" \
+      "the $3 test will be skipped (and fail under CI=true)"
   fi
-fi
+}
+need_tool bash bash "the Dockerfile health check"
+need_tool systemd-analyze systemd "systemd-analyze verify"
+need_tool script bsdutils "terminal log colour"
 
 # The status page is tested in headless Chromium (tests/ui.rs); under
 # CI=true a missing browser fails that test.

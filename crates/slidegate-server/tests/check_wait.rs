@@ -4,6 +4,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::redis::Redis;
 
@@ -27,14 +28,32 @@ fn check(redis: &Redis, extra: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
+/// The second check on 1/1s is admitted one window after the first, no
+/// sooner: the first's admission came after it was started, so the second
+/// cannot end before a window has passed since then, and the time it says
+/// it waited is time its process really took.
 #[test]
 fn check_wait_waits_for_the_turn_and_says_how_long() {
     let redis = Redis::start();
+    let first_started = Instant::now();
     assert_eq!(check(&redis, &[])["allowed"], true);
+    let second_started = Instant::now();
     let waited = check(&redis, &["--wait", "5s"]);
+    let (since_first, second_took) = (first_started.elapsed(), second_started.elapsed());
     assert_eq!(waited["allowed"], true, "{waited}");
     let ms = waited["waited_ms"].as_u64().expect("waited_ms");
-    assert!(ms > 0 && ms <= 1001, "{waited}");
+    assert!(
+        since_first >= Duration::from_secs(1),
+        "admitted {since_first:?} after the first check started, within its window: {waited}"
+    );
+    assert!(
+        Duration::from_millis(ms) <= second_took,
+        "says it waited {ms} ms, in a run of {second_took:?}"
+    );
+    assert!(
+        ms > 0 && ms <= 1001,
+        "waited {ms} ms for a turn at most a window away"
+    );
 }
 
 #[test]

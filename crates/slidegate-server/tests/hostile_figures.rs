@@ -2,6 +2,8 @@
 //! `slidegate serve` with its default bounds. Ignored by `cargo test`
 //! (they take minutes); `scripts/hostile-clients.sh` runs them on the
 //! release binary (`SLIDEGATE_BINARY`) and prints one line per figure.
+//! Each also asserts the bound it measures (a figure is printed before
+//! its check), so a run whose figure breaks the bound fails.
 
 mod common;
 #[path = "common/process.rs"]
@@ -16,6 +18,13 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use process::Slidegate;
+
+/// How far past a default bound of 10 s the server may act, on a loaded
+/// machine: far under what no bound at all would take.
+const SLACK: Duration = Duration::from_millis(1_500);
+/// The default `--header-timeout`, `--request-timeout` and
+/// `--shutdown-grace`.
+const TEN_SECONDS: Duration = Duration::from_secs(10);
 
 /// How long a half-sent head is held, at most this long.
 fn hold_time(addr: SocketAddr, bound: Duration) -> Option<Duration> {
@@ -51,6 +60,11 @@ fn figure_half_sent_head() {
     let server = Slidegate::start(&[]);
     let held = hold_time(server.http, Duration::from_secs(120));
     println!("FIGURE half-sent head held: {held:?} (default --header-timeout 10s)");
+    let held = held.expect("a half-sent head was held for 2 minutes");
+    assert!(
+        held >= TEN_SECONDS - Duration::from_millis(100) && held <= TEN_SECONDS + SLACK,
+        "held {held:?}, not the 10 s header timeout"
+    );
 }
 
 #[test]
@@ -68,10 +82,12 @@ fn figure_sigterm_with_a_stalled_connection() {
     let term = Instant::now();
     server.signal("TERM");
     let status = server.wait();
+    let took = term.elapsed();
     println!(
-        "FIGURE SIGTERM with a stalled request and a silent gRPC connection: {status} after {:?} (default --shutdown-grace 10s)",
-        term.elapsed()
+        "FIGURE SIGTERM with a stalled request and a silent gRPC connection: {status} after {took:?} (default --shutdown-grace 10s)"
     );
+    assert!(status.success(), "{status}");
+    assert!(took <= TEN_SECONDS + SLACK, "exited {took:?} after SIGTERM");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,6 +139,20 @@ async fn figure_rss_with_50_grpc_streams_of_4_mib() {
         before / 1024,
         peak / 1024
     );
+    assert_eq!(
+        codes,
+        std::collections::BTreeMap::from([("OutOfRange".to_owned(), 50)]),
+        "every 4 MiB message refused from its length"
+    );
+    // A connection buffers at most --grpc-max-concurrent-streams (100)
+    // messages of --grpc-max-message-bytes (64 KiB); 8 MiB more for the
+    // runtime. 50 messages read whole would be 200 MiB.
+    let budget_kib = 100 * 64 + 8 * 1024;
+    assert!(
+        peak - before <= budget_kib,
+        "RSS grew {} KiB, over the budget of {budget_kib} KiB",
+        peak - before
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -158,4 +188,13 @@ async fn figure_reloads_with_a_reader_every_100_ms_for_2_minutes() {
     println!(
         "FIGURE {reads} reads in 2 minutes: reload counters {reloads:?}, {logged} reload log lines"
     );
+    // Reading changes nothing: no reload counted (every series at 0, or
+    // none yet) and none logged.
+    let counted: Vec<&&str> = reloads
+        .iter()
+        .filter(|l| l.rsplit(' ').next() != Some("0"))
+        .collect();
+    assert!(counted.is_empty(), "reloads counted: {counted:?}");
+    assert_eq!(logged, 0, "reloads logged");
+    assert!(reads > 1_000, "only {reads} reads in 2 minutes");
 }

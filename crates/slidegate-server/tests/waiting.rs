@@ -4,7 +4,8 @@
 
 mod common;
 
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 use common::{StoreKind, TestServer};
 use http::StatusCode;
@@ -15,6 +16,61 @@ use slidegate_server::keyspace::adhoc_key;
 
 fn body(key: &str, max_wait_ms: u64) -> String {
     json!({"key": key, "limit": 3, "window_ms": 1000, "max_wait_ms": max_wait_ms}).to_string()
+}
+
+/// Nine waiting requests at once, the `i`-th to `addrs[i % addrs.len()]`:
+/// each one's `waited_ms` and when its answer came, sorted by `waited_ms`,
+/// and when the first was sent.
+async fn nine_waiters(addrs: &[SocketAddr], key: &'static str) -> (Vec<(u64, Instant)>, Instant) {
+    let first_sent = Instant::now();
+    let requests: Vec<_> = (0..9)
+        .map(|i| {
+            let addr = addrs[i % addrs.len()];
+            tokio::spawn(async move {
+                let reply = common::request_to(
+                    addr,
+                    http::Method::POST,
+                    "/v1/acquire",
+                    &[("content-type", "application/json")],
+                    body(key, 3000).into_bytes(),
+                )
+                .await;
+                (reply, Instant::now())
+            })
+        })
+        .collect();
+    let mut waited = Vec::new();
+    for request in requests {
+        let (reply, done) = request.await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
+        assert_eq!(reply.json().get("degraded"), None, "decided by the store");
+        waited.push((reply.json()["waited_ms"].as_u64().unwrap(), done));
+    }
+    waited.sort_unstable();
+    (waited, first_sent)
+}
+
+/// Nine waiters on 3/1s pass in three groups: the first three at once,
+/// the next three a window after the first admission, the last three two
+/// windows after. No admission can come before the first request was sent,
+/// so the `k`-th group's answers come at least `k` windows after that,
+/// however loaded the machine; and each waiter says it waited no more than
+/// its group's windows (and 1 ms of rounding).
+fn assert_three_groups(waited: &[(u64, Instant)], first_sent: Instant) {
+    let ms: Vec<u64> = waited.iter().map(|&(ms, _)| ms).collect();
+    assert_eq!(&ms[..3], &[0, 0, 0], "three pass at once: {ms:?}");
+    for (i, &(ms, done)) in waited.iter().enumerate() {
+        let group = i as u64 / 3;
+        let after = done - first_sent;
+        assert!(
+            after >= Duration::from_secs(group),
+            "waiter {i} (group {group}) admitted {after:?} after the first was sent: {ms:?}"
+        );
+        assert!(
+            ms <= 1001 * group && (group == 0 || ms > 1000 * (group - 1)),
+            "waiter {i} (group {group}) says it waited {ms} ms"
+        );
+    }
 }
 
 /// The most admissions any closed interval of `window` µs holds.
@@ -36,28 +92,8 @@ fn busiest_window(admissions: &[(u64, u64)], window: u64) -> u64 {
 async fn nine_waiting_requests_on_three_per_second_pass_in_three_groups() {
     let store = MemoryStore::new();
     let server = TestServer::full(AppState::new(store.clone())).await;
-    let requests = (0..9).map(|_| {
-        let addr = server.addr;
-        tokio::spawn(async move {
-            common::request_to(
-                addr,
-                http::Method::POST,
-                "/v1/acquire",
-                &[("content-type", "application/json")],
-                body("k", 3000).into_bytes(),
-            )
-            .await
-        })
-    });
-    let mut waited = Vec::new();
-    for request in requests.collect::<Vec<_>>() {
-        let reply = request.await.unwrap();
-        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
-        waited.push(reply.json()["waited_ms"].as_u64().unwrap());
-    }
-    waited.sort_unstable();
-    assert_eq!(&waited[..3], &[0, 0, 0], "three pass at once");
-    assert!(waited[3] > 0);
+    let (waited, first_sent) = nine_waiters(&[server.addr], "k").await;
+    assert_three_groups(&waited, first_sent);
     // In the store's own log: each waiter took the time at which the
     // admission three before it is one window and 1 µs old.
     let rule = Rule::parse("3/1s").unwrap();
@@ -81,32 +117,8 @@ on_every_store!(waiting_requests_pass_in_groups_of_the_limit);
 /// builds (the Redis one reserves in one script call).
 async fn waiting_requests_pass_in_groups_of_the_limit(kind: StoreKind) {
     let server = TestServer::on(kind).await;
-    let requests: Vec<_> = (0..9)
-        .map(|_| {
-            let addr = server.addr;
-            tokio::spawn(async move {
-                common::request_to(
-                    addr,
-                    http::Method::POST,
-                    "/v1/acquire",
-                    &[("content-type", "application/json")],
-                    body("k", 3000).into_bytes(),
-                )
-                .await
-            })
-        })
-        .collect();
-    let mut waited = Vec::new();
-    for request in requests {
-        let reply = request.await.unwrap();
-        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
-        waited.push(reply.json()["waited_ms"].as_u64().unwrap());
-    }
-    waited.sort_unstable();
-    assert_eq!(&waited[..3], &[0, 0, 0], "{waited:?}");
-    // The next three wait about a window, the last three about two.
-    assert!(waited[3] > 0 && waited[5] <= 1001, "{waited:?}");
-    assert!(waited[6] > waited[3] && waited[8] <= 2002, "{waited:?}");
+    let (waited, first_sent) = nine_waiters(&[server.addr], "k").await;
+    assert_three_groups(&waited, first_sent);
     let tenth = server.post_json("/v1/acquire", &body("k", 100)).await;
     assert_eq!(tenth.status, StatusCode::TOO_MANY_REQUESTS);
 }
@@ -208,32 +220,9 @@ async fn waiting_requests_on_three_instances_share_one_limit_on_redis() {
             common::backend(url, slidegate::store::resilient::FailurePolicy::Deny, 5_000).await;
         servers.push(TestServer::start(backend).await);
     }
-    let requests: Vec<_> = (0..9)
-        .map(|i| {
-            let addr = servers[i % 3].addr;
-            tokio::spawn(async move {
-                common::request_to(
-                    addr,
-                    http::Method::POST,
-                    "/v1/acquire",
-                    &[("content-type", "application/json")],
-                    body("shared", 3000).into_bytes(),
-                )
-                .await
-            })
-        })
-        .collect();
-    let mut waited = Vec::new();
-    for request in requests {
-        let reply = request.await.unwrap();
-        assert_eq!(reply.status, StatusCode::OK, "{:?}", reply.json());
-        assert_eq!(reply.json().get("degraded"), None, "decided by the store");
-        waited.push(reply.json()["waited_ms"].as_u64().unwrap());
-    }
-    waited.sort_unstable();
-    assert_eq!(&waited[..3], &[0, 0, 0], "{waited:?}");
-    assert!(waited[3] > 0 && waited[5] <= 1001, "{waited:?}");
-    assert!(waited[6] > waited[3] && waited[8] <= 2002, "{waited:?}");
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.addr).collect();
+    let (waited, first_sent) = nine_waiters(&addrs, "shared").await;
+    assert_three_groups(&waited, first_sent);
     let tenth = servers[1]
         .post_json("/v1/acquire", &body("shared", 100))
         .await;

@@ -376,8 +376,9 @@ pub fn most_in_one_window<'a>(
 
 /// Notices when this machine stops running the tests' threads: a thread
 /// that asks to wake every 5 ms and records each wake-up that came late.
-/// A slow answer that overlaps such a stall says nothing about the server
-/// (on a busy 2-core machine, every process stalls together).
+/// The time an answer spent in such a stall says nothing about the server
+/// (on a busy 2-core machine, every process stalls together): the fault
+/// checks take it off the answer's time (see `outage`).
 pub struct StallWatch {
     stop: Arc<AtomicBool>,
     seen: Arc<Mutex<Vec<Stall>>>,
@@ -399,6 +400,8 @@ impl Stall {
 
 /// Wake-ups later than this count as a stall.
 const STALL: Duration = Duration::from_millis(30);
+/// How long the watch sleeps between two wake-ups.
+const WATCH_SLEEP: Duration = Duration::from_millis(5);
 
 impl StallWatch {
     pub fn start() -> StallWatch {
@@ -408,7 +411,7 @@ impl StallWatch {
         let thread = std::thread::spawn(move || {
             let mut last = Instant::now();
             while !stopped.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(WATCH_SLEEP);
                 let now = Instant::now();
                 if now - last > STALL {
                     sink.lock().expect("the stall list").push(Stall {
@@ -450,5 +453,18 @@ impl Stalls {
 
     pub fn longest(&self) -> Duration {
         self.0.iter().map(Stall::length).max().unwrap_or_default()
+    }
+
+    /// How long the machine stood still between `from` and `to`: the
+    /// stalls' overlap with that span, less the watch's own 5 ms sleep
+    /// each.
+    pub fn within(&self, from: Instant, to: Instant) -> Duration {
+        self.0
+            .iter()
+            .map(|s| {
+                let (start, end) = ((s.from + WATCH_SLEEP).max(from), s.to.min(to));
+                end.saturating_duration_since(start)
+            })
+            .sum()
     }
 }

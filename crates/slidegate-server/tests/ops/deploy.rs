@@ -364,8 +364,7 @@ fn run_health_check(http_addr: &str) -> bool {
 
 #[test]
 fn the_dockerfile_health_check_passes_on_a_serving_server_and_fails_without_one() {
-    if Command::new("bash").arg("--version").output().is_err() {
-        eprintln!("skipped: the health check needs bash, which is not installed");
+    if !support::tool("bash", &["--version"], "bash") {
         return;
     }
     let server = Slidegate::start(&[]);
@@ -414,15 +413,7 @@ fn the_systemd_unit_starts_slidegate_with_flags_it_knows() {
 
 #[test]
 fn the_systemd_unit_passes_systemd_analyze_verify() {
-    if Command::new("systemd-analyze")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!(
-            "skipped: systemd-analyze is not installed (Debian package systemd; \
-             scripts/test.sh installs it when run as root)"
-        );
+    if !support::tool("systemd-analyze", &["--version"], "systemd") {
         return;
     }
     // verify checks that ExecStart's program exists: point it at the

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::common::redis::Redis;
 use crate::common::request_to;
 use crate::process::{PROCESS_DEADLINE, Slidegate};
-use crate::support::binary;
+use crate::support::{self, binary};
 
 const SERVING: &str = "slidegate is serving";
 const ESC: char = '\x1b';
@@ -61,13 +61,9 @@ fn text_logs_written_to_a_file_carry_no_escape_codes() {
 
 /// The server's output on a terminal (a pseudo-terminal from `script(1)`)
 /// up to the line that says it serves, or `None` (with the reason
-/// printed) where `script` is missing.
+/// printed) where `script` is missing outside CI.
 fn on_a_terminal(no_color: Option<&str>) -> Option<String> {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!(
-            "skipped: script(1) (util-linux, Debian package bsdutils) is not installed, \
-             so there is no terminal to run the server on"
-        );
+    if !support::tool("script", &["--version"], "bsdutils") {
         return None;
     }
     let mut server = Command::new(binary());

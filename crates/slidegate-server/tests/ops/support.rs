@@ -31,6 +31,28 @@ pub fn binary() -> String {
     std::env::var("SLIDEGATE_BINARY").unwrap_or_else(|_| env!("CARGO_BIN_EXE_slidegate").into())
 }
 
+/// True when `program` runs (`program ARGS` starts). Where it does not,
+/// the test that needs it says so and is skipped, but under `CI=true` it
+/// fails instead: CI must run every test (`scripts/test.sh` installs
+/// `package` as root with apt-get).
+pub fn tool(program: &str, args: &[&str], package: &str) -> bool {
+    let runs = Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok();
+    if !runs {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{program} is not installed (Debian package {package}; scripts/test.sh installs it \
+             when run as root), and CI=true runs every test"
+        );
+        eprintln!("skipped: {program} is not installed (Debian package {package})");
+    }
+    runs
+}
+
 /// `slidegate validate-config PATHS`.
 pub fn validate_config(paths: &[&Path]) -> Output {
     Command::new(binary())

@@ -9,13 +9,39 @@ const FAIL: u8 = 1;
 const STALL: u8 = 2;
 const SLOW: u8 = 3;
 
-/// A memory store that can be told to fail or to stall, and counts calls:
-/// stands in for a backend's failures (the Redis fault tests use real ones).
+/// A memory store that can be told to fail or to stall, and counts calls
+/// and the most of them in flight at once: stands in for a backend's
+/// failures (the Redis fault tests use real ones).
 #[derive(Clone)]
 struct Switchable {
     inner: MemoryStore<String, ManualClock>,
     mode: Arc<AtomicU8>,
     calls: Arc<AtomicU64>,
+    in_flight: Arc<InFlight>,
+}
+
+/// Calls inside the backend now, and the most there were at once.
+#[derive(Default)]
+struct InFlight {
+    now: AtomicU64,
+    peak: AtomicU64,
+}
+
+/// One call inside the backend; leaves when the call ends or is dropped.
+struct Inside<'a>(&'a InFlight);
+
+impl<'a> Inside<'a> {
+    fn enter(in_flight: &'a InFlight) -> Inside<'a> {
+        let now = in_flight.now.fetch_add(1, Ordering::SeqCst) + 1;
+        in_flight.peak.fetch_max(now, Ordering::SeqCst);
+        Inside(in_flight)
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Switchable {
@@ -27,6 +53,7 @@ impl Switchable {
                 .build(),
             mode: Arc::default(),
             calls: Arc::default(),
+            in_flight: Arc::default(),
         }
     }
 
@@ -38,8 +65,14 @@ impl Switchable {
         self.calls.load(Ordering::SeqCst)
     }
 
+    /// The most calls that were inside the backend at once.
+    fn peak_in_flight(&self) -> u64 {
+        self.in_flight.peak.load(Ordering::SeqCst)
+    }
+
     async fn gate(&self) -> Result<()> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        let _inside = Inside::enter(&self.in_flight);
         match self.mode.load(Ordering::SeqCst) {
             FAIL => Err(Error::Store("connection refused".into())),
             STALL => {
@@ -318,7 +351,7 @@ async fn after_a_long_outage_the_store_is_used_again_within_a_second() {
 
 /// A decision beyond the calls in flight waits for one to end, but never
 /// past its own deadline: behind a stalled call it is answered by the
-/// policy when its deadline comes.
+/// policy when its deadline comes, without reaching the backend.
 #[tokio::test]
 async fn calls_in_flight_are_bounded() {
     let clock = ManualClock::new();
@@ -343,10 +376,16 @@ async fn calls_in_flight_are_bounded() {
         started.elapsed()
     );
     assert!(slow.await.unwrap().unwrap().degraded());
+    assert_eq!(
+        backend.peak_in_flight(),
+        1,
+        "the waiting decision reached the backend beside the stalled call"
+    );
 }
 
 /// A burst beyond the bound on a healthy backend is decided by the
-/// backend, in turns, and not handed to the policy.
+/// backend, in turns, and not handed to the policy: the backend sees as
+/// many calls at once as the bound allows, and never more.
 #[tokio::test]
 async fn a_burst_beyond_the_calls_in_flight_waits_for_its_turn() {
     let clock = ManualClock::new();
@@ -372,6 +411,11 @@ async fn a_burst_beyond_the_calls_in_flight_waits_for_its_turn() {
     }
     assert_eq!(allowed, 4, "the backend's limit holds for the whole burst");
     assert_eq!(backend.calls(), 6);
+    assert_eq!(
+        backend.peak_in_flight(),
+        2,
+        "calls inside the backend at once, with max_in_flight(2)"
+    );
 }
 
 #[tokio::test]
