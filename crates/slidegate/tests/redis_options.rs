@@ -12,6 +12,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::boundary::next_boundary;
 use common::cost::{Cost, cost};
 use common::options::{Options, block, options, report_cost, resolve, with_options};
 use common::redis_server::RedisServer;
@@ -25,6 +26,8 @@ const KEYS: [&str; 3] = ["alice", "{tag}:bob", "user:{tag}:carol"];
 #[derive(Clone, Debug)]
 enum Op {
     Advance(u64),
+    /// To the next boundary of a rule's window, -1, 0 or +1 µs.
+    ToBoundary(usize, i8),
     Back(u64),
     Acquire {
         key: usize,
@@ -68,6 +71,7 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
     let asked = (0..rules, options.clone());
     prop_oneof![
         3 => prop_oneof![Just(0u64), 0u64..3_000, 0u64..4_000_000].prop_map(Op::Advance),
+        2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::ToBoundary(r, d)),
         1 => prop_oneof![1u64..2_000, 0u64..4_000_000].prop_map(Op::Back),
         6 => (0..KEYS.len(), prop::collection::vec(asked.clone(), 1..=3), report_cost())
             .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
@@ -168,6 +172,10 @@ impl Harness {
             let what = (n_op, op);
             match op {
                 Op::Advance(us) => clock.advance(Duration::from_micros(*us)),
+                Op::ToBoundary(r, delta) => {
+                    let window = base[*r].0.window_micros();
+                    clock.set(next_boundary(clock.now_micros(), window, *delta));
+                }
                 Op::Back(us) => clock.set(clock.now_micros().saturating_sub(*us).max(start)),
                 Op::Acquire {
                     key,

@@ -1,4 +1,5 @@
 #![allow(dead_code)]
+pub mod boundary;
 pub mod contention;
 pub mod cost;
 pub mod exactness;
