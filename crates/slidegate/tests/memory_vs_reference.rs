@@ -187,3 +187,44 @@ fn clock_now(clock: &ManualClock) -> u64 {
     use slidegate::clock::Clock;
     clock.now_micros()
 }
+
+/// Windows past what a memory slot keeps inline (a ring from the first
+/// admission, whose base moves every 9 minutes or so) and past an hour (a
+/// box) decide as the reference model does, across many windows, and hold
+/// the admissions that still count.
+#[test]
+fn long_windows_decide_like_the_reference() {
+    for text in ["40/5m", "40/1h", "40/1d"] {
+        let rule = Rule::parse(text).expect("a valid rule");
+        let clock = ManualClock::at(1 << 40);
+        let store: MemoryStore<String, ManualClock> = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build();
+        let mut reference = Reference::default();
+        let window = rule.window_micros();
+        let mut x = 7u64;
+        for step in 0..1_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            clock.advance(Duration::from_micros(
+                [0, 1, 997, window / 7, window / 3][(x % 5) as usize],
+            ));
+            let cost = 1 + x % 4;
+            let now = clock_now(&clock);
+            assert_eq!(
+                store.acquire("k", &[rule], cost),
+                reference.acquire(now, "k", &[rule], cost),
+                "{text} step {step}"
+            );
+            assert_eq!(
+                store.admissions("k", rule).unwrap_or_default(),
+                reference.admissions("k", rule, now),
+                "{text} step {step}"
+            );
+        }
+        let stats = store.stats();
+        assert_eq!(stats.key_bytes + stats.heap_bytes, store.bytes(), "{text}");
+    }
+}

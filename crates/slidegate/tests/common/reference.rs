@@ -161,6 +161,27 @@ fn max_cost(rule: &Rule) -> u64 {
 }
 
 impl Reference {
+    /// What a sliding log of `key` under `rule` holds at `now`: the
+    /// admissions that still count, one per microsecond (costs of the same
+    /// microsecond added up), oldest first.
+    pub fn admissions(&self, key: &str, rule: Rule, now: u64) -> Vec<(u64, u64)> {
+        let mut held: Vec<(u64, u64)> = Vec::new();
+        let Some(log) = self.logs.get(&(key.to_owned(), rule.without_options())) else {
+            return held;
+        };
+        for &(at, cost) in log
+            .0
+            .iter()
+            .filter(|(at, _)| at + rule.window_micros() >= now)
+        {
+            match held.last_mut() {
+                Some((last, total)) if *last == at => *total += cost,
+                _ => held.push((at, cost)),
+            }
+        }
+        held
+    }
+
     pub fn reset(&mut self, key: &str) {
         self.logs.retain(|(k, _), _| k != key);
         self.blocks.retain(|(k, _), _| k != key);
