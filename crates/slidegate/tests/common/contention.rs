@@ -111,7 +111,7 @@ impl Request {
         } else {
             1 + (x >> 8) % 3
         };
-        if (x >> 4) % 4 == 0 && cost <= LIMIT / 2 {
+        if (x >> 4).is_multiple_of(4) && cost <= LIMIT / 2 {
             Request::Twice(cost)
         } else {
             Request::One(cost)
