@@ -1,13 +1,19 @@
 //! Many threads on one key, and batches over shared keys while the sweeper
 //! runs: never more than L admitted in any window of the store's own
-//! admission times, and no deadlock.
+//! admission times, and no deadlock. Then every algorithm with every
+//! option under eight threads, each held to its own promise.
+
+mod common;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::contention::{self, Request};
+use common::exactness::{self, Seen};
+use slidegate::clock::{Clock, ManualClock};
 use slidegate::{Hit, MemoryStore, Rule};
 
 /// The largest sum of costs inside any closed interval `[s, s + window]`.
@@ -163,4 +169,90 @@ fn shared_key_batches_stay_exact(len: usize) {
         let worst = max_in_any_window(&seen, rule.window_micros());
         assert!(worst <= rule.limit(), "key {key}: {worst} in one window");
     }
+}
+
+/// Every algorithm, plain, with a lockout, reporting usage, and both (one
+/// key each), asked by eight threads at once, in rounds at one frozen time
+/// each, while the sweeper runs: each rule's promise holds at every
+/// instant (fixed window: at most L per aligned window; sliding counter:
+/// its weighted estimate within L; GCRA: at most L + L·t/W in any
+/// interval t; sliding log: at most L in any window), reported usage
+/// counted, and nothing passes while a lockout runs.
+#[test]
+fn every_algorithm_and_option_keeps_its_promise_under_eight_threads() {
+    const THREADS: usize = 8;
+    const ROUNDS: usize = 300;
+    const PER_ROUND: usize = 2;
+    let cases = Arc::new(contention::cases());
+    let times = contention::round_times(ROUNDS);
+    let clock = ManualClock::at(times[0]);
+    let store: MemoryStore<String, ManualClock> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(Some(Duration::from_millis(1)))
+        .shards(4)
+        .build();
+    let barrier = Arc::new(Barrier::new(THREADS + 1));
+    let workers: Vec<_> = (0..THREADS)
+        .map(|client| {
+            let (store, clock) = (store.clone(), clock.clone());
+            let (cases, barrier) = (Arc::clone(&cases), Arc::clone(&barrier));
+            thread::spawn(move || {
+                let mut seen = vec![Vec::new(); cases.len()];
+                for round in 0..ROUNDS {
+                    barrier.wait();
+                    let at = clock.now_micros();
+                    for i in 0..PER_ROUND {
+                        // Each thread starts on another key.
+                        for c in (0..cases.len()).map(|k| (k + client) % cases.len()) {
+                            if !contention::takes_part(THREADS, client, c, round) {
+                                continue;
+                            }
+                            let (key, rule) = (cases[c].key.as_str(), cases[c].rule);
+                            // A report follows a check that passed.
+                            if rule.reports() {
+                                let check = store.acquire(key, &[rule], 0);
+                                let allowed = check
+                                    .unwrap_or_else(|e| panic!("{}: {e}", cases[c].name))
+                                    .allowed();
+                                seen[c].push(Seen {
+                                    at,
+                                    cost: 0,
+                                    allowed,
+                                });
+                                if !allowed {
+                                    continue;
+                                }
+                            }
+                            let request = Request::of(rule, client, round, i);
+                            let allowed = match request {
+                                Request::One(cost) => {
+                                    store.acquire(key, &[rule], cost).map(|d| d.allowed())
+                                }
+                                Request::Twice(cost) => store
+                                    .acquire_batch(&[Hit::new(key, rule, cost); 2])
+                                    .map(|ds| ds.iter().all(|d| d.allowed())),
+                            }
+                            .unwrap_or_else(|e| panic!("{}: {e}", cases[c].name));
+                            let cost = request.cost();
+                            seen[c].push(Seen { at, cost, allowed });
+                        }
+                    }
+                    barrier.wait();
+                }
+                seen
+            })
+        })
+        .collect();
+    for &at in &times {
+        clock.set(at);
+        barrier.wait();
+        barrier.wait();
+    }
+    let mut seen = vec![Vec::new(); cases.len()];
+    for worker in workers {
+        for (all, mine) in seen.iter_mut().zip(worker.join().expect("a worker ran")) {
+            all.extend(mine);
+        }
+    }
+    exactness::assert_kept(&cases, &seen);
 }

@@ -1,5 +1,6 @@
 //! The memory store against the reference models, decision by decision,
-//! every field, on random sequences of clock advances, keys, costs,
+//! every field, on random sequences of clock advances (onto window
+//! boundaries and 1 µs either side too), keys, costs,
 //! multi-rule calls, batches (short, and long with many repeated keys),
 //! sweeps and resets.
 
@@ -7,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::boundary::next_boundary;
 use common::cost::{Cost, cost};
 use common::reference::Reference;
 use proptest::prelude::*;
@@ -20,6 +22,9 @@ enum Op {
     Advance(u64),
     /// Exactly one window of a rule, plus -1, 0 or +1 µs: lands on boundaries.
     AdvanceWindow(usize, i8),
+    /// To the next boundary of a rule's window (a multiple of it), -1, 0
+    /// or +1 µs.
+    ToBoundary(usize, i8),
     Acquire {
         key: usize,
         rules: Vec<usize>,
@@ -56,6 +61,7 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => prop_oneof![Just(0u64), 0u64..2_000, 0u64..4_000_000].prop_map(Op::Advance),
         2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::AdvanceWindow(r, d)),
+        2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::ToBoundary(r, d)),
         6 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost())
             .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
         2 => prop::collection::vec((0..KEYS.len(), 0..rules, cost()), 1..=4).prop_map(Op::Batch),
@@ -117,6 +123,9 @@ proptest! {
                     let us = rules[*r].window_micros().saturating_add_signed(*delta as i64);
                     clock.advance(Duration::from_micros(us));
                 }
+                Op::ToBoundary(r, delta) => {
+                    clock.set(next_boundary(clock_now(&clock), rules[*r].window_micros(), *delta));
+                }
                 Op::Acquire { key, rules: chosen, cost } => {
                     let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
                     let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
@@ -177,4 +186,45 @@ proptest! {
 fn clock_now(clock: &ManualClock) -> u64 {
     use slidegate::clock::Clock;
     clock.now_micros()
+}
+
+/// Windows past what a memory slot keeps inline (a ring from the first
+/// admission, whose base moves every 9 minutes or so) and past an hour (a
+/// box) decide as the reference model does, across many windows, and hold
+/// the admissions that still count.
+#[test]
+fn long_windows_decide_like_the_reference() {
+    for text in ["40/5m", "40/1h", "40/1d"] {
+        let rule = Rule::parse(text).expect("a valid rule");
+        let clock = ManualClock::at(1 << 40);
+        let store: MemoryStore<String, ManualClock> = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build();
+        let mut reference = Reference::default();
+        let window = rule.window_micros();
+        let mut x = 7u64;
+        for step in 0..1_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            clock.advance(Duration::from_micros(
+                [0, 1, 997, window / 7, window / 3][(x % 5) as usize],
+            ));
+            let cost = 1 + x % 4;
+            let now = clock_now(&clock);
+            assert_eq!(
+                store.acquire("k", &[rule], cost),
+                reference.acquire(now, "k", &[rule], cost),
+                "{text} step {step}"
+            );
+            assert_eq!(
+                store.admissions("k", rule).unwrap_or_default(),
+                reference.admissions("k", rule, now),
+                "{text} step {step}"
+            );
+        }
+        let stats = store.stats();
+        assert_eq!(stats.key_bytes + stats.heap_bytes, store.bytes(), "{text}");
+    }
 }

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::boundary::next_boundary;
 use common::cost::{Cost, cost};
 use common::options::{Options, block, options, report_cost, resolve, with_options};
 use common::reference::Reference;
@@ -21,6 +22,8 @@ const KEYS: [&str; 2] = ["alice", "bob"];
 enum Op {
     Advance(u64),
     AdvanceWindow(usize, i8),
+    /// To the next boundary of a rule's window, -1, 0 or +1 µs.
+    ToBoundary(usize, i8),
     Acquire {
         key: usize,
         rules: Vec<(usize, Options)>,
@@ -54,6 +57,7 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => prop_oneof![Just(0u64), 0u64..3_000, 0u64..4_000_000].prop_map(Op::Advance),
         2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::AdvanceWindow(r, d)),
+        2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::ToBoundary(r, d)),
         6 => (0..KEYS.len(), prop::collection::vec(asked.clone(), 1..=3), report_cost())
             .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
         2 => prop::collection::vec((0..KEYS.len(), 0..rules, options, report_cost()), 1..=4)
@@ -95,6 +99,10 @@ proptest! {
                 Op::AdvanceWindow(r, delta) => {
                     let us = base[*r].0.window_micros().saturating_add_signed(*delta as i64);
                     clock.advance(Duration::from_micros(us));
+                }
+                Op::ToBoundary(r, delta) => {
+                    let window = base[*r].0.window_micros();
+                    clock.set(next_boundary(clock_now(&clock), window, *delta));
                 }
                 Op::Acquire { key, rules: chosen, cost } => {
                     let rs = asked(chosen);

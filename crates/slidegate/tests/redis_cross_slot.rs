@@ -1,7 +1,8 @@
 //! Batches over keys in several slots of a local 3-master Redis Cluster
 //! are all or nothing: a denied batch leaves no charge (the slots that
 //! recorded are undone), whatever the algorithm and the slot order, when a
-//! slot fails half-way, when the caller gives up half-way, and under
+//! slot fails half-way, when the caller gives up half-way, when the
+//! window a cost was counted in has moved on before its undo, and under
 //! concurrent batches on shared keys (random interleavings: no window ever
 //! above its limit, and every charge left is an admitted batch's). One
 //! cluster serves every check (it takes a few seconds to form).
@@ -61,6 +62,7 @@ fn batches_across_slots_are_all_or_nothing() {
     a_batch_failing_half_way_is_undone(&harness);
     a_batch_its_caller_gave_up_on_is_undone(&harness);
     a_gcra_undo_gives_back_only_what_has_not_drained(&harness);
+    window_counters_undone_after_their_window_moved_on_decide_as_if_never_charged(&harness);
     concurrent_batches_never_overadmit_nor_leave_a_denied_charge(&mut harness);
 }
 
@@ -268,6 +270,269 @@ fn a_gcra_undo_gives_back_only_what_has_not_drained(h: &Harness) {
         .block_on(store.peek(&tenant, &[tenant_rule]))
         .expect("a decision");
     assert_eq!(left.remaining(), 3, "only the other request's unit is held");
+}
+
+/// When a tenant's state moves on while an undo is on its way: one undo
+/// case of a fixed window or sliding counter tenant.
+#[derive(Clone, Copy, Debug)]
+enum Moved {
+    /// Nothing moved it, though the undo runs a window later: the cost
+    /// is taken from the count it was added to.
+    Never,
+    /// Another request moved it `n` windows on (0: it stayed in the
+    /// window the cost was counted in): the cost is taken from the current
+    /// count (0), from the previous one (1, a sliding counter), or not at
+    /// all (a fixed window moved on, or a sliding counter two windows on).
+    By(u64),
+}
+
+/// One case: the tenants' limit, the costs (prefilled, the batch's, the
+/// other requests': they fit the limit together), when the batches record
+/// (µs into a day) and how long after it the other requests come and the
+/// undos run, and where the search for each tenant's window starts.
+#[derive(Clone, Debug)]
+struct MovedOn {
+    limit: u64,
+    prefill: u64,
+    cost: u64,
+    other: u64,
+    recorded_at: u64,
+    later: u64,
+    search_from: u16,
+}
+
+fn moved_on() -> impl Strategy<Value = MovedOn> {
+    let times = (0u64..86_400_000_000, 1_500_000u64..=6_000_000, any::<u16>());
+    (3u64..=8, times).prop_flat_map(|(limit, (recorded_at, later, search_from))| {
+        (1..=limit - 2).prop_flat_map(move |cost| {
+            (0..=limit - 1 - cost).prop_flat_map(move |prefill| {
+                (1..=limit - cost - prefill).prop_map(move |other| MovedOn {
+                    limit,
+                    prefill,
+                    cost,
+                    other,
+                    recorded_at,
+                    later,
+                    search_from,
+                })
+            })
+        })
+    })
+}
+
+/// A window under which `to` lies `moved` windows after `from` (a tenant
+/// with no other request: one window), and, when they differ, early in
+/// its window (a tenth at most), where a sliding counter still weighs
+/// nearly all of the previous window. Searched from `from_fraction` (of
+/// 65536) into a range that holds many.
+fn window_between(from: u64, to: u64, moved: Moved, from_fraction: u16) -> u64 {
+    let n = match moved {
+        Moved::Never => 1,
+        Moved::By(n) => n,
+    };
+    let span = to - from;
+    // Windows of span / (n + 1) to span / n hold n boundaries or fewer.
+    let (lo, hi) = match n {
+        0 => (2 * span, 4 * span),
+        n => (span / (n + 1), span / n),
+    };
+    let first = lo + (hi - lo) * u64::from(from_fraction) / 65_536;
+    (first..hi)
+        .chain(lo..first)
+        .find(|&w| to / w - from / w == n && (n == 0 || to % w <= w / 10))
+        .expect("a window that fits")
+}
+
+/// Batches of a tenant hit (fixed window or sliding counter) and a user
+/// hit that denies, held up on the user's sleeping master after the
+/// tenant recorded; meanwhile other requests move some tenants' states on
+/// by 0, 1 or 2 windows (each tenant's window is chosen for it, and a
+/// request comes in every window it moves through), one tenant's not at
+/// all, then the batches are denied and undone. Each
+/// tenant then decides exactly as a memory store that never saw the
+/// batch, right after and a while later: the undo took the cost from the
+/// window it was counted in (the previous count once the window moved on
+/// by one), or nothing once that window stopped counting.
+fn window_counters_undone_after_their_window_moved_on_decide_as_if_never_charged(h: &Harness) {
+    let mut runner = TestRunner::new(Config {
+        cases: 3,
+        // Each case puts a master to sleep for a second.
+        max_shrink_iters: 4,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let case = std::cell::Cell::new(0);
+    let result = runner.run(&moved_on(), |c| {
+        case.set(case.get() + 1);
+        undo_after_the_window_moved_on(h, case.get(), &c)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn undo_after_the_window_moved_on(
+    h: &Harness,
+    case: u32,
+    c: &MovedOn,
+) -> Result<(), TestCaseError> {
+    let recorded_at = 1_763_769_600_000_000 + c.recorded_at;
+    let undone_at = recorded_at + c.later;
+    let clock = slidegate::clock::ManualClock::at(recorded_at);
+    let store = h
+        .runtime
+        .block_on(
+            RedisStore::builder(h.cluster.url())
+                .client_clock(clock.clone())
+                .expiry_margin(Duration::from_secs(3600))
+                .timeout(Duration::from_secs(5))
+                .build(),
+        )
+        .expect("the Redis store connects to the cluster");
+    let memory: slidegate::MemoryStore<String, slidegate::clock::ManualClock> =
+        slidegate::MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build();
+    let user_rule = rule("1/1m");
+    let user = key_where(&format!("moved{case}-user:"), |s| s > 8_000);
+    let user_master = h
+        .cluster
+        .master_of(key_slot(&user))
+        .expect("a master")
+        .port();
+    let moves = [Moved::Never, Moved::By(0), Moved::By(1), Moved::By(2)];
+    let tenants: Vec<(Rule, Moved, String)> = [Algorithm::FixedWindow, Algorithm::SlidingCounter]
+        .into_iter()
+        .flat_map(|algorithm| moves.map(|moved| (algorithm, moved)))
+        .map(|(algorithm, moved)| {
+            let window = window_between(recorded_at, undone_at, moved, c.search_from);
+            let rate =
+                slidegate::Rate::new(c.limit, Duration::from_micros(window)).expect("a rate");
+            let tenant = key_where(&format!("moved{case}-{algorithm}-{moved:?}:"), |s| {
+                s < key_slot(&user)
+                    && h.cluster
+                        .master_of(s)
+                        .is_some_and(|m| m.port() != user_master)
+            });
+            (Rule::new(rate).with_algorithm(algorithm), moved, tenant)
+        })
+        .collect();
+    // A request on both stores, which fits both (on Redis, with the
+    // batch's charge, not yet undone, counted).
+    let both = |key: &str, r: Rule, cost: u64| -> Result<(), TestCaseError> {
+        let want = memory.acquire(key, &[r], cost);
+        let got = h.runtime.block_on(store.acquire(key, &[r], cost));
+        let fits = |d: &Result<slidegate::Decision, Error>| d.as_ref().is_ok_and(|d| d.allowed());
+        prop_assert!(
+            fits(&got) && fits(&want),
+            "{} at {}: {:?}, {:?}",
+            key,
+            clock_now(&clock),
+            got,
+            want
+        );
+        Ok(())
+    };
+    for (r, _, tenant) in &tenants {
+        if c.prefill > 0 {
+            both(tenant, *r, c.prefill)?;
+        }
+    }
+    let filled = h.runtime.block_on(store.acquire(&user, &[user_rule], 1));
+    prop_assert!(filled.is_ok_and(|d| d.allowed()));
+    let sleeper = std::thread::spawn(move || {
+        common::redis_server::command_on(user_master, &["DEBUG", "SLEEP", "1"])
+    });
+    common::redis_server::wait_until_asleep(user_master);
+    let batches: Vec<_> = tenants
+        .iter()
+        .map(|(r, _, tenant)| {
+            let (store, tenant, user, r, cost) =
+                (store.clone(), tenant.clone(), user.clone(), *r, c.cost);
+            h.runtime.spawn(async move {
+                let batch = [
+                    Hit::new(tenant.as_str(), r, cost),
+                    Hit::new(user.as_str(), user_rule, 1),
+                ];
+                store.acquire_batch(&batch).await
+            })
+        })
+        .collect();
+    // Every tenant recorded; every batch waits on the user's master.
+    let charged = Instant::now();
+    for (r, _, tenant) in &tenants {
+        let left = c.limit - c.prefill - c.cost;
+        while h
+            .runtime
+            .block_on(store.peek(tenant, &[*r]))
+            .map_err(|e| TestCaseError::fail(e.to_string()))?
+            .remaining()
+            != left
+        {
+            prop_assert!(
+                charged.elapsed() < Duration::from_millis(700),
+                "{} was never charged",
+                tenant
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // The other requests, moving each tenant's state by its windows: one
+    // at the start of every window it moves through (so that a sliding
+    // counter moved by two has a previous count), the last when the undos
+    // run.
+    // Those on the way cost 1, so the last one fits the previous count.
+    let mut others: Vec<(u64, usize, u64)> = Vec::new();
+    for (i, (r, moved, _)) in tenants.iter().enumerate() {
+        if let Moved::By(n) = moved {
+            let w = r.window_micros();
+            others.extend((1..*n).map(|j| ((recorded_at / w + j) * w, i, 1)));
+            others.push((undone_at, i, c.other));
+        }
+    }
+    others.sort_unstable();
+    for (at, i, cost) in others {
+        let (r, _, tenant) = &tenants[i];
+        clock.set(at);
+        both(tenant, *r, cost)?;
+    }
+    prop_assert!(
+        batches.iter().all(|b| !b.is_finished()),
+        "the user's master woke before the other requests were made: the machine is too busy"
+    );
+    let slept = sleeper.join().expect("DEBUG SLEEP");
+    prop_assert_eq!(slept.as_deref(), Some("OK"));
+    for batch in batches {
+        let denied = h
+            .runtime
+            .block_on(batch)
+            .expect("the batch ran")
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(!denied[1].allowed(), "the user is over their limit");
+    }
+    for later in [0, c.later / 2] {
+        clock.set(undone_at + later);
+        for (r, moved, tenant) in &tenants {
+            let want = memory.peek(tenant.as_str(), &[*r]);
+            let got = h.runtime.block_on(store.peek(tenant, &[*r]));
+            prop_assert_eq!(
+                got,
+                want,
+                "{} {:?} ({} µs windows) at {}",
+                r.algorithm(),
+                moved,
+                r.window_micros(),
+                clock_now(&clock)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn clock_now(clock: &slidegate::clock::ManualClock) -> u64 {
+    use slidegate::clock::Clock;
+    clock.now_micros()
 }
 
 fn until_remaining(h: &Harness, key: &str, r: Rule, want: u64, what: &str) {

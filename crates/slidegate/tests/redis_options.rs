@@ -12,6 +12,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::boundary::next_boundary;
 use common::cost::{Cost, cost};
 use common::options::{Options, block, options, report_cost, resolve, with_options};
 use common::redis_server::RedisServer;
@@ -25,6 +26,8 @@ const KEYS: [&str; 3] = ["alice", "{tag}:bob", "user:{tag}:carol"];
 #[derive(Clone, Debug)]
 enum Op {
     Advance(u64),
+    /// To the next boundary of a rule's window, -1, 0 or +1 µs.
+    ToBoundary(usize, i8),
     Back(u64),
     Acquire {
         key: usize,
@@ -68,6 +71,7 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
     let asked = (0..rules, options.clone());
     prop_oneof![
         3 => prop_oneof![Just(0u64), 0u64..3_000, 0u64..4_000_000].prop_map(Op::Advance),
+        2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::ToBoundary(r, d)),
         1 => prop_oneof![1u64..2_000, 0u64..4_000_000].prop_map(Op::Back),
         6 => (0..KEYS.len(), prop::collection::vec(asked.clone(), 1..=3), report_cost())
             .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
@@ -168,6 +172,10 @@ impl Harness {
             let what = (n_op, op);
             match op {
                 Op::Advance(us) => clock.advance(Duration::from_micros(*us)),
+                Op::ToBoundary(r, delta) => {
+                    let window = base[*r].0.window_micros();
+                    clock.set(next_boundary(clock.now_micros(), window, *delta));
+                }
                 Op::Back(us) => clock.set(clock.now_micros().saturating_sub(*us).max(start)),
                 Op::Acquire {
                     key,
@@ -360,26 +368,28 @@ fn reported_usage_over_the_limit_is_denied_until_it_leaves_the_window_on_redis()
 
 /// Many lockout requests on one key at once: the coalesced call decides
 /// them one after the other, and the first denial starts the block that
-/// every later one answers.
+/// every later one answers. Sent from one thread, all 40 are queued before
+/// any answer comes back: the first 4 go out alone (up to 4 calls go out
+/// while none is back, see coalesce.rs), the 36 that waited go in one
+/// call, which decides the first denial (the limit is 10).
 #[test]
 fn lockout_requests_sent_at_once_are_decided_in_one_call_each_with_the_block() {
     let server = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     let store = runtime
         .block_on(RedisStore::builder(server.url()).build())
         .expect("the Redis store connects");
-    // Up to 4 calls go out alone while none is back (see coalesce.rs):
-    // with a limit of 10 the first denial is decided in a coalesced call.
     let rule = Rule::parse("10/1s")
         .and_then(|r| r.block_for(Duration::from_secs(3600)))
         .expect("a valid rule");
     let requests: Vec<(String, Rule, u64)> =
         (0..40).map(|_| ("login:x".to_owned(), rule, 1)).collect();
+    let calls_before = evalsha_calls(&server);
     let decisions = runtime.block_on(all_at_once(&store, &requests));
+    let calls = evalsha_calls(&server) - calls_before;
     let decisions: Vec<slidegate::Decision> =
         decisions.into_iter().map(|d| d.expect("decided")).collect();
     assert_eq!(decisions.iter().filter(|d| d.allowed()).count(), 10);
@@ -389,19 +399,31 @@ fn lockout_requests_sent_at_once_are_decided_in_one_call_each_with_the_block() {
             "every denial answers the block: {denied:?}"
         );
     }
-    let mut redis = redis::Client::open(server.url())
-        .and_then(|c| c.get_connection())
-        .expect("a plain connection");
-    let calls: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut redis)
-        .expect("INFO");
-    let evalsha = calls
+    assert_eq!(
+        calls,
+        4 + 1,
+        "4 calls alone, then the 36 that waited in one"
+    );
+}
+
+/// EVALSHA calls the server has run so far: those it answered, less
+/// those refused with `NOSCRIPT` (the store then loads the script and
+/// sends the call again).
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let stats = server
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    let Some(line) = stats
         .lines()
-        .find(|l| l.starts_with("cmdstat_evalsha:"))
-        .and_then(|l| l.split("calls=").nth(1))
-        .and_then(|l| l.split(',').next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .expect("EVALSHA calls");
-    assert!(evalsha < 40, "the requests were coalesced: {evalsha} calls");
+        .find_map(|line| line.strip_prefix("cmdstat_evalsha:"))
+    else {
+        return 0;
+    };
+    let field = |name: &str| -> u64 {
+        line.split(',')
+            .find_map(|field| field.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {line}"))
+    };
+    field("calls") - field("failed_calls")
 }

@@ -1,6 +1,7 @@
 //! The Redis store on a real redis-server: exactness under concurrency from
-//! several stores, script cache loss, expiry of idle keys, probes, resets,
-//! the storage layout and typed errors.
+//! several stores (the sliding log on Redis' clock; every algorithm and
+//! option on a client clock), script cache loss, expiry of idle keys,
+//! probes, resets, the storage layout and typed errors.
 
 mod common;
 
@@ -8,10 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use common::contention::{self, Request};
+use common::exactness::{self, Seen};
 use common::redis_log::{encode_log, getranges_during, read_log, read_log_until};
 use common::redis_server::RedisServer;
 use redis::AsyncCommands;
-use slidegate::clock::ManualClock;
+use slidegate::clock::{Clock, ManualClock};
 use slidegate::{Algorithm, Error, Hit, RedisStore, Rule, Store};
 
 async fn store(server: &RedisServer) -> RedisStore {
@@ -91,6 +94,97 @@ async fn three_stores_and_96_tasks_never_admit_more_than_the_limit_in_any_window
             "{in_window} admissions in [{from}, {from} + W]"
         );
     }
+}
+
+/// Every algorithm, plain, with a lockout, reporting usage, and both (one
+/// key each), asked by 48 tasks through three independent stores at once,
+/// in rounds at one frozen time each (a client clock that all three
+/// read): each rule's promise holds at every instant (see
+/// `common/exactness.rs`), whatever order Redis decided them in, alone or
+/// coalesced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_algorithm_and_option_keeps_its_promise_from_three_stores_and_48_tasks() {
+    const STORES: usize = 3;
+    const TASKS_PER_STORE: usize = 16;
+    const CLIENTS: usize = STORES * TASKS_PER_STORE;
+    const ROUNDS: usize = 240;
+    let server = RedisServer::start();
+    let cases = Arc::new(contention::cases());
+    let times = contention::round_times(ROUNDS);
+    let clock = ManualClock::at(times[0]);
+    let mut stores = Vec::new();
+    for _ in 0..STORES {
+        let store = RedisStore::builder(server.url())
+            .client_clock(clock.clone())
+            .expiry_margin(Duration::from_secs(3600))
+            .timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("the Redis store connects");
+        stores.push(store);
+    }
+    let barrier = Arc::new(tokio::sync::Barrier::new(CLIENTS + 1));
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let store = stores[client % STORES].clone();
+            let (cases, barrier, clock) = (Arc::clone(&cases), Arc::clone(&barrier), clock.clone());
+            tokio::spawn(async move {
+                let mut seen = vec![Vec::new(); cases.len()];
+                for round in 0..ROUNDS {
+                    barrier.wait().await;
+                    let at = clock.now_micros();
+                    // Each task starts on another key.
+                    for c in (0..cases.len()).map(|k| (k + client) % cases.len()) {
+                        if !contention::takes_part(CLIENTS, client, c, round) {
+                            continue;
+                        }
+                        let (key, rule) = (cases[c].key.as_str(), cases[c].rule);
+                        let name = &cases[c].name;
+                        // A report follows a check that passed.
+                        if rule.reports() {
+                            let check = store.acquire(key, &[rule], 0).await;
+                            let allowed = check.unwrap_or_else(|e| panic!("{name}: {e}")).allowed();
+                            seen[c].push(Seen {
+                                at,
+                                cost: 0,
+                                allowed,
+                            });
+                            if !allowed {
+                                continue;
+                            }
+                        }
+                        let request = Request::of(rule, client, round, 0);
+                        let allowed = match request {
+                            Request::One(cost) => {
+                                store.acquire(key, &[rule], cost).await.map(|d| d.allowed())
+                            }
+                            Request::Twice(cost) => store
+                                .acquire_batch(&[Hit::new(key, rule, cost); 2])
+                                .await
+                                .map(|ds| ds.iter().all(|d| d.allowed())),
+                        }
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                        let cost = request.cost();
+                        seen[c].push(Seen { at, cost, allowed });
+                    }
+                    barrier.wait().await;
+                }
+                seen
+            })
+        })
+        .collect();
+    for &at in &times {
+        clock.set(at);
+        barrier.wait().await;
+        barrier.wait().await;
+    }
+    let mut seen = vec![Vec::new(); cases.len()];
+    for task in tasks {
+        for (all, mine) in seen.iter_mut().zip(task.await.expect("a task ran")) {
+            all.extend(mine);
+        }
+    }
+    exactness::assert_kept(&cases, &seen);
 }
 
 #[tokio::test]

@@ -1,6 +1,6 @@
 //! The Redis store against the memory store, decision by decision, every
 //! field and every error, on random sequences of clock moves (forward,
-//! exactly one window ±1 µs, and backward), keys, costs, multi-rule calls,
+//! exactly one window ±1 µs, onto a window boundary ±1 µs, and backward), keys, costs, multi-rule calls,
 //! batches, probes and resets, with limits and windows large enough that
 //! the script's exact slow-path arithmetic is exercised.
 //!
@@ -13,6 +13,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::boundary::next_boundary;
 use common::cost::{Cost, cost};
 use common::redis_server::RedisServer;
 use proptest::prelude::*;
@@ -27,6 +28,9 @@ enum Op {
     Advance(u64),
     /// Exactly one window of a rule, plus -1, 0 or +1 µs: lands on boundaries.
     AdvanceWindow(usize, i8),
+    /// To the next boundary of a rule's window (a multiple of it), -1, 0
+    /// or +1 µs.
+    ToBoundary(usize, i8),
     /// The clock steps back (never below 0).
     Back(u64),
     Acquire {
@@ -96,6 +100,7 @@ fn op(rules: usize) -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => prop_oneof![Just(0u64), 0u64..2_000, 0u64..4_000_000].prop_map(Op::Advance),
         2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::AdvanceWindow(r, d)),
+        2 => (0..rules, -1i8..=1).prop_map(|(r, d)| Op::ToBoundary(r, d)),
         1 => prop_oneof![1u64..2_000, 0u64..4_000_000].prop_map(Op::Back),
         6 => (0..KEYS.len(), prop::collection::vec(0..rules, 1..=3), cost())
             .prop_map(|(key, rules, cost)| Op::Acquire { key, rules, cost }),
@@ -234,6 +239,10 @@ impl Harness {
                         .window_micros()
                         .saturating_add_signed(*delta as i64);
                     clock.advance(Duration::from_micros(us));
+                }
+                Op::ToBoundary(r, delta) => {
+                    let window = rules[*r].window_micros();
+                    clock.set(next_boundary(clock.now_micros(), window, *delta));
                 }
                 Op::Back(us) => clock.set(clock.now_micros().saturating_sub(*us)),
                 Op::Acquire {

@@ -1,9 +1,9 @@
 //! Reservations on the memory store: a request that would be refused takes
 //! the earliest time it fits, recorded in one step, and waits for it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use slidegate::clock::ManualClock;
+use slidegate::clock::{Clock, ManualClock};
 use slidegate::store::MAX_WAIT;
 use slidegate::{Algorithm, Hit, MemoryStore, Rule, Store};
 
@@ -77,7 +77,11 @@ fn a_wait_beyond_max_wait_is_denied_at_once_and_records_nothing() {
         tenth.decision().retry_after(),
         Duration::from_micros(3_000_003)
     );
-    assert_eq!(store.admissions("k", rule).unwrap().len(), 3);
+    assert_eq!(
+        store.admissions("k", rule).unwrap(),
+        vec![(0, 3), (1_000_001, 3), (2_000_002, 3)],
+        "the nine reservations, nothing more"
+    );
 }
 
 #[test]
@@ -103,18 +107,34 @@ fn a_plain_request_never_passes_ahead_of_a_waiter() {
     assert_eq!(busiest_window(&log, 1_000_000), 2);
 }
 
+/// The wait is what a plain check says, and the request fits then and not
+/// a microsecond sooner (on a twin store with the same history and no
+/// reservation); on the store, the reservation holds that place.
 #[test]
 fn every_algorithm_waits_what_a_plain_check_says_and_then_fits() {
     for algorithm in Algorithm::ALL {
         let (store, clock) = store_at(10_000_000);
+        let (twin, twin_clock) = store_at(10_000_000);
         let rule = Rule::parse("3/1s").unwrap().with_algorithm(algorithm);
         store.acquire("k", &[rule], 3).unwrap();
+        twin.acquire("k", &[rule], 3).unwrap();
         let told = store.dry_run("k", &[rule], 2).unwrap().retry_after();
         let r = store
             .reserve("k", &[rule], 2, Duration::from_secs(2))
             .unwrap();
         assert!(r.granted(), "{algorithm}");
         assert_eq!(r.wait(), told, "{algorithm}");
+        assert!(r.wait() > Duration::ZERO, "{algorithm}: it had to wait");
+        twin_clock.advance(r.wait() - Duration::from_micros(1));
+        assert!(
+            !twin.dry_run("k", &[rule], 2).unwrap().allowed(),
+            "{algorithm}: it does not fit a microsecond sooner"
+        );
+        twin_clock.advance(Duration::from_micros(1));
+        assert!(
+            twin.acquire("k", &[rule], 2).unwrap().allowed(),
+            "{algorithm}: it fits once the wait is over"
+        );
         // Nothing else fits before the reservation's time, nor at it.
         clock.advance(r.wait());
         assert!(
@@ -124,23 +144,37 @@ fn every_algorithm_waits_what_a_plain_check_says_and_then_fits() {
     }
 }
 
+/// A reservation recorded in a later window (a sliding log of the same
+/// key makes it wait a second) leaves the counter's own window unknown:
+/// plain requests are refused until the later window begins, though the
+/// counter counted nothing before it, with `retry_after` pointing at its
+/// beginning, and pass from then on.
 #[test]
 fn a_window_counter_refuses_plain_requests_until_a_reserved_window_begins() {
     for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingCounter] {
         let (store, clock) = store_at(0);
-        let rule = Rule::parse("2/1s").unwrap().with_algorithm(algorithm);
-        store.acquire("k", &[rule], 2).unwrap();
+        let counter = Rule::parse("4/1s").unwrap().with_algorithm(algorithm);
+        let gate = Rule::parse("1/1s").unwrap();
+        store.acquire("k", &[gate], 1).unwrap();
         let r = store
-            .reserve("k", &[rule], 1, Duration::from_secs(3))
+            .reserve("k", &[counter, gate], 1, Duration::from_secs(3))
             .unwrap();
         assert!(r.granted(), "{algorithm}");
-        clock.set(500_000);
-        let plain = store.acquire("k", &[rule], 1).unwrap();
-        assert!(!plain.allowed(), "{algorithm}");
-        assert!(
-            plain.retry_after() >= Duration::from_micros(500_000),
-            "{algorithm}"
-        );
+        assert_eq!(r.wait(), Duration::from_micros(1_000_001), "{algorithm}");
+        for now in [500_000, 999_999] {
+            clock.set(now);
+            let plain = store.acquire("k", &[counter], 1).unwrap();
+            assert!(!plain.allowed(), "{algorithm} at {now}: {plain:?}");
+            assert_eq!(
+                plain.retry_after(),
+                Duration::from_micros(1_000_000 - now),
+                "{algorithm} at {now}: until the reserved window begins"
+            );
+        }
+        clock.set(1_000_000);
+        let begun = store.acquire("k", &[counter], 1).unwrap();
+        assert!(begun.allowed(), "{algorithm}: {begun:?}");
+        assert_eq!(begun.remaining(), 2, "{algorithm}: the reservation counted");
     }
 }
 
@@ -173,17 +207,37 @@ fn a_denied_batch_reservation_records_nothing_on_any_key() {
         .unwrap();
     assert!(!r.granted());
     assert!(store.admissions("b", slow).is_none_or(|log| log.is_empty()));
+    assert_eq!(store.admissions("a", fast).unwrap(), vec![(0, 1)]);
 }
 
+/// A `max_wait` of an hour waits `MAX_WAIT` at most: a wait of exactly
+/// that is granted, one microsecond more is refused.
 #[test]
 fn max_wait_is_capped() {
-    let (store, _clock) = store_at(0);
+    let (store, clock) = store_at(0);
     let rule = Rule::parse("1/10m").unwrap();
     store.acquire("k", &[rule], 1).unwrap();
     let r = store
         .reserve("k", &[rule], 1, Duration::from_secs(3600))
         .unwrap();
     assert!(!r.granted(), "a 10 minute wait is more than {MAX_WAIT:?}");
+    let four_minutes = Rule::parse("1/4m").unwrap();
+    assert_eq!(four_minutes.window_micros(), MAX_WAIT.as_micros() as u64);
+    store.acquire("j", &[four_minutes], 1).unwrap();
+    let over = store
+        .reserve("j", &[four_minutes], 1, Duration::from_secs(3600))
+        .unwrap();
+    assert!(!over.granted(), "{MAX_WAIT:?} and 1 µs is too long");
+    assert_eq!(
+        over.decision().retry_after(),
+        MAX_WAIT + Duration::from_micros(1)
+    );
+    clock.set(1);
+    let at_most = store
+        .reserve("j", &[four_minutes], 1, Duration::from_secs(3600))
+        .unwrap();
+    assert!(at_most.granted());
+    assert_eq!(at_most.wait(), MAX_WAIT);
 }
 
 #[test]
@@ -209,24 +263,49 @@ fn a_reservation_far_past_the_window_keeps_its_log_exact() {
     assert!(!store.acquire("k", &[rule], 1).unwrap().allowed());
 }
 
-#[tokio::test]
+/// Tokio's clock, which stands still while the runtime is paused and jumps
+/// to the next timer when every task waits: the store and the sleep read
+/// the same time.
+#[derive(Clone)]
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now_micros(&self) -> u64 {
+        self.0.elapsed().as_micros() as u64
+    }
+}
+
+/// It returns at the reserved time (within the timer's millisecond), not
+/// before, admitted, recorded at its turn: a window and 1 µs after the
+/// first admission.
+#[tokio::test(start_paused = true)]
 async fn acquire_wait_sleeps_until_the_reserved_time_and_passes() {
-    let store = MemoryStore::new();
+    let clock = TokioClock(tokio::time::Instant::now());
+    let store: MemoryStore<String, TokioClock> = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build();
     let rule = Rule::parse("1/200ms").unwrap();
+    tokio::time::advance(Duration::from_micros(1_234)).await;
     assert!(
         Store::acquire(&store, "k", &[rule], 1)
             .await
             .unwrap()
             .allowed()
     );
-    let started = Instant::now();
+    tokio::time::advance(Duration::from_millis(50)).await;
     let d = Store::acquire_wait(&store, "k", &[rule], 1, Duration::from_secs(1))
         .await
         .unwrap();
     assert!(d.allowed());
+    let log = store.admissions("k", rule).unwrap();
+    assert_eq!(log.len(), 2, "{log:?}");
+    let turn = log[0].0 + rule.window_micros() + 1;
+    assert_eq!(log[1].0, turn, "recorded at its turn");
+    let woke = clock.now_micros();
     assert!(
-        started.elapsed() >= Duration::from_millis(150),
-        "it waited its turn"
+        (turn..turn + 1_000).contains(&woke),
+        "it returned at {woke} µs for its turn at {turn}"
     );
     let third = Store::acquire_wait(&store, "k", &[rule], 1, Duration::from_millis(10))
         .await

@@ -1,5 +1,8 @@
 #![allow(dead_code)]
+pub mod boundary;
+pub mod contention;
 pub mod cost;
+pub mod exactness;
 pub mod options;
 pub mod redis_log;
 pub mod redis_server;

@@ -161,6 +161,27 @@ fn max_cost(rule: &Rule) -> u64 {
 }
 
 impl Reference {
+    /// What a sliding log of `key` under `rule` holds at `now`: the
+    /// admissions that still count, one per microsecond (costs of the same
+    /// microsecond added up), oldest first.
+    pub fn admissions(&self, key: &str, rule: Rule, now: u64) -> Vec<(u64, u64)> {
+        let mut held: Vec<(u64, u64)> = Vec::new();
+        let Some(log) = self.logs.get(&(key.to_owned(), rule.without_options())) else {
+            return held;
+        };
+        for &(at, cost) in log
+            .0
+            .iter()
+            .filter(|(at, _)| at + rule.window_micros() >= now)
+        {
+            match held.last_mut() {
+                Some((last, total)) if *last == at => *total += cost,
+                _ => held.push((at, cost)),
+            }
+        }
+        held
+    }
+
     pub fn reset(&mut self, key: &str) {
         self.logs.retain(|(k, _), _| k != key);
         self.blocks.retain(|(k, _), _| k != key);
@@ -225,7 +246,7 @@ impl Reference {
     /// the wait in µs when granted. Found by its own search, over the
     /// time at which every hit fits at once (not through the hits'
     /// `retry_after`, as the stores find it). For rules without options
-    /// (`reserve` models lockouts).
+    /// (`reserve` models lockouts too).
     pub fn reserve_batch(
         &mut self,
         now: u64,
@@ -270,23 +291,29 @@ impl Reference {
 
     /// The least time from `now` at which every hit fits its log, each
     /// asking its own cost plus the costs of the hits before it on the
-    /// same (key, rule) (a probe asks one unit). A window counter whose
-    /// newest admission lies in a later window admits nothing before that
-    /// window begins.
+    /// same state (a probe asks one unit). A window counter whose newest
+    /// admission lies in a later window admits nothing before that window
+    /// begins; a rule with a lockout that runs admits nothing before it
+    /// ends.
     fn earliest_fit(&self, now: u64, hits: &[(String, Rule, u64)]) -> u64 {
         let empty = Admissions::default();
-        let needs: Vec<(Model<'_>, u64)> = hits
+        let needs: Vec<(Model<'_>, u64, u64)> = hits
             .iter()
             .enumerate()
             .map(|(i, (key, rule, cost))| {
                 let before: u64 = hits[..i]
                     .iter()
-                    .filter(|(k, r, _)| k == key && r == rule)
+                    .filter(|(k, r, _)| k == key && r.same_state(rule))
                     .map(|(_, _, c)| c)
                     .sum();
                 let asked = if *cost == 0 { 1 } else { before + cost };
-                let log = self.logs.get(&(key.clone(), *rule)).unwrap_or(&empty);
-                (Model { rule: *rule, log }, asked)
+                let state = (key.clone(), rule.without_options());
+                let log = self.logs.get(&state).unwrap_or(&empty);
+                let blocked_until = match rule.block() {
+                    Some(_) => self.blocks.get(&state).copied().unwrap_or(0),
+                    None => 0,
+                };
+                (Model { rule: *rule, log }, asked, blocked_until)
             })
             .collect();
         let not_before = |m: &Model<'_>| match m.rule.algorithm() {
@@ -298,46 +325,48 @@ impl Reference {
         };
         let horizon = needs
             .iter()
-            .map(|(m, _)| m.horizon(now))
+            .map(|(m, _, blocked_until)| m.horizon(now.max(*blocked_until)))
             .max()
             .unwrap_or(now);
         least(now, horizon, |s| {
-            needs
-                .iter()
-                .all(|(m, asked)| s >= not_before(m) && m.passes(s, *asked))
+            needs.iter().all(|(m, asked, blocked_until)| {
+                s >= *blocked_until && s >= not_before(m) && m.passes(s, *asked)
+            })
         })
     }
 
+    /// A reservation of `hits` (one key's rules, options included), found
+    /// by the model's own search as `reserve_batch` is.
     fn reserve_unchecked(
         &mut self,
         now: u64,
         hits: &[(String, Rule, u64)],
         max_wait: u64,
     ) -> Result<(Vec<Decision>, Option<u64>), Error> {
-        // What a plain batch would say at `now`, recording nothing.
-        // What each hit gets at `now`, nothing recorded, no lockout started.
-        let (_, checked) = self.decisions(now, hits)?;
-        if checked.iter().all(|d| d.allowed()) {
-            return Ok((self.batch_unchecked(now, hits)?, Some(0)));
+        let max_wait = max_wait.min(slidegate::store::MAX_WAIT.as_micros() as u64);
+        // A plain decision at `now`: its errors, and its answer when every
+        // hit fits at once.
+        let mut copy = self.clone();
+        let plain = copy.batch_unchecked(now, hits)?;
+        if plain.iter().all(|d| d.allowed()) {
+            *self = copy;
+            return Ok((plain, Some(0)));
         }
-        let wait = checked
-            .iter()
-            .map(|d| d.retry_after().as_micros() as u64)
-            .max()
-            .unwrap_or(0);
-        if wait > max_wait {
+        let at = self.earliest_fit(now, hits);
+        if at - now > max_wait {
             // A refusal is a denial like any other (it starts lockouts).
-            return Ok((self.batch_unchecked(now, hits)?, None));
+            *self = copy;
+            return Ok((plain, None));
         }
         for (key, rule, cost) in hits.iter().filter(|h| h.2 > 0) {
             let log = self
                 .logs
                 .entry((key.clone(), rule.without_options()))
                 .or_default();
-            let at = (now + wait).max(log.last().unwrap_or(0));
-            log.0.push((at, *cost));
+            let recorded = at.max(log.last().unwrap_or(0));
+            log.0.push((recorded, *cost));
         }
-        Ok((self.granted(now, hits), Some(wait)))
+        Ok((self.granted(now, hits), Some(at - now)))
     }
 
     /// The answers of a granted reservation: allowed, with what remains

@@ -366,44 +366,6 @@ fn the_background_sweeper_empties_the_store() {
     assert_eq!(s.stats(), MemoryStats::default());
 }
 
-/// Windows past what a slot keeps inline (a ring from the first
-/// admission) and past an hour (a box) decide as the sliding log does,
-/// across many windows (a ring's base moves every 9 minutes or so).
-#[test]
-fn long_windows_decide_like_the_sliding_log() {
-    use crate::algorithm::{Meter, SlidingLog};
-    for text in ["40/5m", "40/1h", "40/1d"] {
-        let rule = Rule::parse(text).unwrap();
-        let clock = ManualClock::at(1 << 40);
-        let s = store(&clock);
-        let mut reference = SlidingLog::default();
-        let mut x = 7u64;
-        for step in 0..3_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            let window = rule.window_micros();
-            clock.advance(Duration::from_micros(
-                [0, 1, 997, window / 7, window / 3][(x % 5) as usize],
-            ));
-            let cost = 1 + x % 4;
-            let now = clock.now_micros();
-            let want = reference.decide(rule.rate(), now, cost);
-            assert_eq!(
-                s.acquire("k", &[rule], cost),
-                Ok(want),
-                "{text} step {step}"
-            );
-            assert_eq!(
-                s.admissions("k", rule).unwrap(),
-                reference.entries().collect::<Vec<_>>()
-            );
-        }
-        let stats = s.stats();
-        assert_eq!(stats.key_bytes + stats.heap_bytes, s.bytes(), "{text}");
-    }
-}
-
 /// A shard's rule table keeps the rules of its keys; rules of swept keys
 /// make room for new ones, which then take the compact form again.
 #[test]
