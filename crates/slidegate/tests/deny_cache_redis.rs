@@ -336,21 +336,24 @@ async fn changes_reach_another_process_across_a_sentinel_failover() {
             .as_deref(),
         Some("OK")
     );
-    // A follows the failover (its calls ask the sentinels again).
+    // A follows the failover (its calls ask the sentinels again): a key it
+    // writes is on the promoted replica, and not on the old master, which
+    // is still a master of its own (the sentinels reconfigure it later).
     let probe = rule("1000000/1m");
-    let on_new_master = |group: &SentinelGroup| {
-        group
-            .replica
-            .command(&["EXISTS", &a.inner().state_key("probe", probe)])
-            .as_deref()
-            == Some("1")
-    };
-    while !on_new_master(&group) {
+    let mut attempt = 0;
+    loop {
         assert!(
             started.elapsed() < Duration::from_secs(30),
             "A never followed"
         );
-        let _ = a.acquire("probe", &[probe], 1).await;
+        attempt += 1;
+        let key = format!("probe{attempt}");
+        let _ = a.acquire(&key, &[probe], 1).await;
+        let state = a.inner().state_key(&key, probe);
+        let exists = |node: &RedisServer| node.command(&["EXISTS", &state]).as_deref() == Some("1");
+        if exists(&group.replica) && !exists(&group.master) {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     a.reset("user42").await.expect("reset on the new master");
