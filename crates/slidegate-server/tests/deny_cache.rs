@@ -4,8 +4,10 @@
 //!
 //! - A reset on one server reaches the deny cache of every other within
 //!   [`BOUND`], for a lockout and for a plain window.
-//! - A server whose subscription to the change feed is broken keeps no
+//! - A server whose subscription to the change feed is broken answers no
 //!   cached denial: it asks Redis until it hears the feed again.
+//! - While Redis is down, a denial it made still holds (no reset can
+//!   happen through it); Redis back empty, the denial goes.
 //! - A denial answered from the cache while Redis was slow says to wait
 //!   until the slot is surely free, not until it may be.
 
@@ -62,23 +64,6 @@ async fn cache_hits(addr: SocketAddr) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix("slidegate_deny_cache_hits_total "))
         .map_or(0, |v| v.trim().parse::<f64>().expect("a number") as u64)
-}
-
-/// Denials held in the deny cache of the server at `addr` (`/v1/stats`).
-async fn cached_denials(addr: SocketAddr) -> u64 {
-    let bearer = format!("Bearer {TOKEN}");
-    let reply = common::request_to(
-        addr,
-        Method::GET,
-        "/v1/stats",
-        &[("authorization", &bearer)],
-        Vec::new(),
-    )
-    .await;
-    assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
-    reply.json()["store"]["deny_cache_entries"]
-        .as_u64()
-        .expect("deny_cache_entries")
 }
 
 /// Waits until `server` answers `GET /readyz` with 200 (Redis answers).
@@ -183,10 +168,10 @@ async fn a_reset_reaches_every_servers_deny_cache_for_a_plain_window() {
 }
 
 /// B's subscription is broken and cannot come back (its Redis user loses
-/// the right to subscribe, and its subscription is killed): B drops its
-/// cached denials at once and caches none while it cannot hear of resets,
-/// so A's reset, which B never hears of, is seen by B's very next request.
-/// Once B may subscribe again, its cache answers again.
+/// the right to subscribe, and its subscription is killed): B stops
+/// answering from its cache at once and caches nothing while it cannot
+/// hear of resets, so A's reset, which B never hears of, is seen by B's
+/// very next request. Once B may subscribe again, its cache answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_subscription_keeps_no_stale_denial() {
     let redis = Redis::start();
@@ -203,20 +188,31 @@ async fn a_broken_subscription_keeps_no_stale_denial() {
     assert_eq!(redis.text(&["ACL", "SETUSER", "b", "resetchannels"]), "OK");
     redis.text(&["CLIENT", "KILL", "TYPE", "pubsub"]);
     let killed = Instant::now();
-    while cached_denials(b.http).await > 0 {
+    loop {
+        let hits = cache_hits(b.http).await;
+        let denied = acquire(b.http, BLOCKED).await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{denied:?}");
+        if cache_hits(b.http).await == hits {
+            break;
+        }
         assert!(
             killed.elapsed() < BOUND,
-            "B still holds its cached denials {:?} after losing its subscription",
+            "B still answers from its cache {:?} after losing its subscription",
             killed.elapsed()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    // Decided by Redis now, and not cached: B cannot hear of a reset.
+    // Decided by Redis, and not remembered: B cannot hear of a reset.
     let hits = cache_hits(b.http).await;
-    let denied = acquire(b.http, BLOCKED).await;
-    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{denied:?}");
-    assert_eq!(cached_denials(b.http).await, 0);
-    assert_eq!(cache_hits(b.http).await, hits);
+    for _ in 0..3 {
+        let denied = acquire(b.http, BLOCKED).await;
+        assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS, "{denied:?}");
+    }
+    assert_eq!(
+        cache_hits(b.http).await,
+        hits,
+        "nothing answered from the cache"
+    );
 
     let reply = reset(a.http, "user42").await;
     assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
@@ -243,6 +239,54 @@ async fn a_broken_subscription_keeps_no_stale_denial() {
         assert!(
             allowed.elapsed() < Duration::from_secs(5),
             "B's deny cache never answered again after it could subscribe"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// While Redis is down, nothing can reset a key through it: a denial it
+/// made is still answered until its wait ends (denied, not degraded),
+/// even under `--on-store-error allow`, which admits every other key.
+/// Redis comes back empty (no persistence): the server drops its held
+/// denials once it hears the feed again, and Redis admits the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denial_holds_while_redis_is_down_and_goes_when_it_returns_empty() {
+    let mut redis = Redis::start();
+    let server = Slidegate::start(&[
+        "--store",
+        &redis.url(),
+        "--admin-token",
+        TOKEN,
+        "--store-timeout-ms",
+        "200",
+        "--on-store-error",
+        "allow",
+    ]);
+    until_ready(&server).await;
+    deny_until_cached(server.http, BLOCKED).await;
+
+    redis.kill();
+    for _ in 0..5 {
+        let held = acquire(server.http, BLOCKED).await;
+        assert_eq!(held.status, StatusCode::TOO_MANY_REQUESTS, "{held:?}");
+        assert_ne!(held.json()["degraded"], true, "{held:?}");
+        let other = acquire(server.http, &BLOCKED.replace("user42", "other")).await;
+        assert_eq!(other.status, StatusCode::OK, "{other:?}");
+        assert_eq!(other.json()["degraded"], true, "{other:?}");
+    }
+
+    redis.restart();
+    let back = Instant::now();
+    loop {
+        let reply = acquire(server.http, BLOCKED).await;
+        if reply.status == StatusCode::OK && reply.json()["degraded"] != true {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(2),
+            "user42 not admitted by Redis {:?} after it returned: {}",
+            back.elapsed(),
+            String::from_utf8_lossy(&reply.body)
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -34,10 +34,11 @@
 //!   the cache of their resets ([`Store::watch_changes`]): it drops what
 //!   they touch as it hears of them, and answers nothing while it cannot
 //!   hear them (see [`RedisStore`](crate::RedisStore)'s change feed for
-//!   the bound). A denial is held at most
+//!   the bound). A denial is answered instead of the backend for at most
 //!   [`deny_cache_max_age`](ResilientStoreBuilder::deny_cache_max_age)
 //!   (default 10 s): the bound for changes no feed reports (a key deleted
-//!   by hand).
+//!   by hand). When the backend cannot be asked, its denials are answered
+//!   until their wait ends, before the failure policy.
 //!
 //! Bad input (an invalid key, a cost above the limit) is an error as
 //! always: no policy applies to it.
@@ -289,12 +290,14 @@ impl<S: Store> ResilientStoreBuilder<S> {
         self
     }
 
-    /// How long a cached denial is held at most, whatever its `retry_after`
-    /// (default [`DEFAULT_DENY_CACHE_MAX_AGE`], 10 s): the longest a change
-    /// to the backend's state that no change feed reports (a key deleted
-    /// by hand, writes lost in a failover) can go unseen by the cache. The
-    /// client is still told the whole wait. Each key denied for longer
-    /// costs one backend call per max age.
+    /// How long a cached denial is answered instead of the backend at
+    /// most, whatever its `retry_after` (default
+    /// [`DEFAULT_DENY_CACHE_MAX_AGE`], 10 s): the longest a change to the
+    /// backend's state that no change feed reports (a key deleted by hand,
+    /// writes lost in a failover) can go unseen by the cache. The client
+    /// is still told the whole wait, and while the backend cannot be asked
+    /// the denial is answered until that wait ends. Each key denied for
+    /// longer costs one backend call per max age.
     pub fn deny_cache_max_age(mut self, max_age: Duration) -> Self {
         self.deny_cache_max_age = max_age;
         self
@@ -487,12 +490,15 @@ fn min_limit(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::limit).min().unwrap_or(0)
 }
 
-/// The answer to a batch whose every hit has a denial in force: the store
-/// would deny each (a hit's counter alone already refuses it), so the batch
-/// too. `None` as soon as one hit needs the store, and for a batch that
+/// The answer to a batch whose every hit has a denial in force (by
+/// `lookup`): the store would deny each (a hit's counter alone already
+/// refuses it), so the batch too. `None` as soon as one hit needs the store, and for a batch that
 /// repeats a (key, rule): the store decides such hits on their summed
 /// cost, with a `retry_after` a denial of one hit alone does not give.
-fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Decision>> {
+fn cached_batch(
+    hits: &[Hit<'_>],
+    lookup: impl Fn(&Hit<'_>) -> Option<Decision>,
+) -> Option<Vec<Decision>> {
     if hits
         .iter()
         .enumerate()
@@ -500,9 +506,7 @@ fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Dec
     {
         return None;
     }
-    hits.iter()
-        .map(|h| cache.lookup(h.key, &[h.rule], h.cost, now))
-        .collect()
+    hits.iter().map(lookup).collect()
 }
 
 /// True when another hit of `hits` than the `i`-th counts on `hit`'s counter.
@@ -555,7 +559,18 @@ impl<S: Store> Store for ResilientStore<S> {
                 }
                 Ok(decision)
             }
-            Call::Failed => shared.fallback(key, rules, cost).await,
+            Call::Failed => {
+                // Nothing changes the store's state through a store that
+                // cannot be asked: its last denial beats the policy.
+                if let Some(cache) = &shared.deny_cache
+                    && let Some(decision) =
+                        cache.lookup_held(key, rules, cost, shared.clock.now_micros())
+                {
+                    metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+                    return Ok(decision);
+                }
+                shared.fallback(key, rules, cost).await
+            }
         }
     }
 
@@ -581,7 +596,9 @@ impl<S: Store> Store for ResilientStore<S> {
         let sent = shared.clock.now_micros();
         let asked = match &shared.deny_cache {
             Some(cache) => {
-                if let Some(decisions) = cached_batch(cache, hits, sent) {
+                if let Some(decisions) =
+                    cached_batch(hits, |h| cache.lookup(h.key, &[h.rule], h.cost, sent))
+                {
                     metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
                     return Ok(decisions);
                 }
@@ -597,7 +614,18 @@ impl<S: Store> Store for ResilientStore<S> {
                 }
                 Ok(decisions)
             }
-            Call::Failed => shared.fallback_batch(hits).await,
+            Call::Failed => {
+                if let Some(cache) = &shared.deny_cache {
+                    let now = shared.clock.now_micros();
+                    if let Some(decisions) =
+                        cached_batch(hits, |h| cache.lookup_held(h.key, &[h.rule], h.cost, now))
+                    {
+                        metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+                        return Ok(decisions);
+                    }
+                }
+                shared.fallback_batch(hits).await
+            }
         }
     }
 

@@ -17,14 +17,21 @@
 //! of what changes the store's state behind its back (another process'
 //! reset). A store shared with other processes reports those changes
 //! ([`ChangeListener`]); the cache then answers only while the feed vouches
-//! for it, drops what a change touches, drops everything when the feed is
-//! lost, and never remembers a denial decided across a change or a loss
-//! (the generation). Whatever the feed says, a denial is held no longer
-//! than the maximum age after it was asked for: the bound for changes no
-//! feed reports (a key deleted by hand).
+//! for it, drops what a change touches, and never remembers a denial
+//! decided across a change or a loss of the feed (the generation). Whatever
+//! the feed says, a denial is answered no longer than the maximum age after
+//! it was asked for: the bound for changes no feed reports (a key deleted
+//! by hand).
+//!
+//! When the store cannot be asked at all (it is down), nothing can change
+//! its state through it either: a denial it made is then answered until
+//! its wait ends ([`lookup_held`](DenyCache::lookup_held)), whether or not
+//! the feed vouches, rather than leaving the request to the failure
+//! policy. A feed that was lost drops everything once it is heard again:
+//! what it missed meanwhile is unknown.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -40,8 +47,11 @@ struct Denial {
     rules: Box<[Rule]>,
     cost: u64,
     /// Until when the store surely still denies (µs of the cache's clock):
-    /// from when the request was sent, and no longer than the maximum age.
+    /// from when the request was sent.
     held_until: u64,
+    /// Until when the denial is answered while the store can be asked:
+    /// `held_until`, but no longer than the maximum age.
+    fresh_until: u64,
     /// Until when a client is told to wait: from when the answer came back.
     retry_until: u64,
     reset_until: u64,
@@ -71,6 +81,8 @@ pub(crate) struct DenyCache {
     /// Until when held denials may be answered (µs of the cache's clock):
     /// `u64::MAX` for a store without a feed, 0 until the feed is heard.
     trusted_until: AtomicU64,
+    /// The feed was lost: everything held goes when it is heard again.
+    resync: AtomicBool,
     clock: Arc<dyn Clock>,
 }
 
@@ -104,6 +116,7 @@ impl DenyCache {
             purges: AtomicUsize::new(0),
             generation: AtomicU64::new(0),
             trusted_until: AtomicU64::new(u64::MAX),
+            resync: AtomicBool::new(false),
             clock,
         }
     }
@@ -128,7 +141,9 @@ impl DenyCache {
         }
     }
 
-    /// A denial that still holds for `cost` of `rules` on `key`.
+    /// A denial that still holds for `cost` of `rules` on `key`, answered
+    /// instead of the store: while the feed vouches for it, and no longer
+    /// than the maximum age.
     pub(crate) fn lookup(
         &self,
         key: &str,
@@ -136,14 +151,40 @@ impl DenyCache {
         cost: u64,
         now: u64,
     ) -> Option<Decision> {
+        if now >= self.trusted_until.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.find(key, rules, cost, now, |d| d.fresh_until)
+    }
+
+    /// The store's last word on `cost` of `rules` on `key`, for when it
+    /// cannot be asked: a denial it made whose wait has not ended.
+    pub(crate) fn lookup_held(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        now: u64,
+    ) -> Option<Decision> {
+        self.find(key, rules, cost, now, |d| d.held_until)
+    }
+
+    fn find(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        now: u64,
+        until: impl Fn(&Denial) -> u64,
+    ) -> Option<Decision> {
         // A report is recorded whatever the answer: never answered here.
-        if rules.iter().any(Rule::reports) || now >= self.trusted_until.load(Ordering::Relaxed) {
+        if rules.iter().any(Rule::reports) {
             return None;
         }
         let denials = self.entries.get(key)?;
         let denial = denials
             .iter()
-            .find(|d| &*d.rules == rules && cost.max(1) >= d.cost && now < d.held_until)?;
+            .find(|d| &*d.rules == rules && cost.max(1) >= d.cost && now < until(d))?;
         let mut decision = denial.decision;
         decision.retry_after_us = denial.retry_until.saturating_sub(now);
         decision.reset_after_us = denial.reset_until.saturating_sub(now);
@@ -184,11 +225,13 @@ impl DenyCache {
                 return;
             }
         }
-        let held_for = decision.retry_after_us.min(self.max_age_us);
         let denial = Denial {
             rules: rules.into(),
             cost: cost.max(1),
-            held_until: asked.sent.saturating_add(held_for),
+            held_until: asked.sent.saturating_add(decision.retry_after_us),
+            fresh_until: asked
+                .sent
+                .saturating_add(decision.retry_after_us.min(self.max_age_us)),
             retry_until: answered.saturating_add(decision.retry_after_us),
             reset_until: answered.saturating_add(decision.reset_after_us),
             decision,
@@ -263,18 +306,25 @@ impl ChangeListener for DenyCache {
 
     fn heard(&self, trust_for: Duration) {
         let now = self.clock.now_micros();
-        if self.trusted_until.load(Ordering::SeqCst) <= now {
-            // Trust returns: what was asked for while it was away is not
-            // remembered (a change may have gone unheard meanwhile).
+        if self.resync.swap(false, Ordering::SeqCst) {
+            // What the lost feed missed is unknown.
+            self.forget(&Change::All);
+        } else if self.trusted_until.load(Ordering::SeqCst) <= now {
+            // Trust returns on the same feed, which missed nothing: but
+            // what was asked for while it was away is not remembered.
             self.generation.fetch_add(1, Ordering::SeqCst);
         }
         self.trusted_until
             .store(now.saturating_add(micros(trust_for)), Ordering::SeqCst);
     }
 
+    /// Answers nothing from now on, but keeps what it holds for when the
+    /// store cannot be asked (see [`lookup_held`](DenyCache::lookup_held)),
+    /// until the feed is heard again.
     fn lost(&self) {
         self.trusted_until.store(0, Ordering::SeqCst);
-        self.forget(&Change::All);
+        self.resync.store(true, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 }
 
@@ -362,7 +412,15 @@ mod tests {
         let told = cache.lookup("k", &[rule], 1, t0 + 9_000_000).unwrap();
         assert_eq!(told.retry_after(), Duration::from_secs(3_591));
         assert!(cache.lookup("k", &[rule], 1, t0 + 10_000_000).is_none());
+        let held = cache.lookup_held("k", &[rule], 1, t0 + 10_000_000).unwrap();
+        assert_eq!(
+            held.retry_after(),
+            Duration::from_secs(3_590),
+            "the store's last word, for when it cannot be asked"
+        );
         cache.purge(t0 + 10_000_000);
+        assert_eq!(cache.len(), 1, "held until the wait ends");
+        cache.purge(t0 + 3_600_000_000);
         assert_eq!(cache.len(), 0);
     }
 
@@ -392,10 +450,18 @@ mod tests {
         assert!(cache.lookup("k", &[rule], 1, at(&clock)).is_some());
 
         cache.lost();
-        assert_eq!(cache.len(), 0, "a lost feed drops everything");
-        assert!(cache.lookup("k", &[rule], 1, at(&clock)).is_none());
-        insert(&cache, "k", rule, 1, at(&clock), denial(60_000));
-        assert_eq!(cache.len(), 0, "nothing remembered while the feed is lost");
+        assert!(
+            cache.lookup("k", &[rule], 1, at(&clock)).is_none(),
+            "a lost feed vouches for nothing"
+        );
+        assert!(
+            cache.lookup_held("k", &[rule], 1, at(&clock)).is_some(),
+            "kept for when the store cannot be asked"
+        );
+        insert(&cache, "k2", rule, 1, at(&clock), denial(60_000));
+        assert_eq!(cache.len(), 1, "nothing remembered while the feed is lost");
+        cache.heard(Duration::from_millis(800));
+        assert_eq!(cache.len(), 0, "dropped once the feed is back");
     }
 
     #[test]
