@@ -370,3 +370,51 @@ async fn changes_reach_another_process_across_a_sentinel_failover() {
     eprintln!("B forgot the key {:?} after the reset", reset.elapsed());
     assert!(b.acquire("user42", &hourly, 1).await.unwrap().allowed());
 }
+
+/// A Redis user without the right to the channel (Redis 7 gives a new ACL
+/// user none): the cache answers nothing, since it cannot hear of resets,
+/// and a reset deletes the key but says that the other processes were not
+/// told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_channel_the_cache_answers_nothing_and_a_reset_says_so() {
+    let server = RedisServer::start();
+    assert_eq!(
+        server
+            .command(&[
+                "ACL",
+                "SETUSER",
+                "app",
+                "on",
+                ">app-pass",
+                "~*",
+                "+@all",
+                "resetchannels"
+            ])
+            .as_deref(),
+        Some("OK")
+    );
+    let url = server.url().replace("redis://", "redis://app:app-pass@");
+    let redis = RedisStore::builder(url)
+        .timeout(Duration::from_secs(2))
+        .build()
+        .await
+        .expect("the Redis store connects");
+    let store = ResilientStore::builder(redis)
+        .policy(FailurePolicy::Deny)
+        .timeout(Duration::from_secs(2))
+        .build();
+    let hourly = [rule("1/1h")];
+    assert!(store.acquire("k", &hourly, 1).await.unwrap().allowed());
+    for _ in 0..20 {
+        assert!(!store.acquire("k", &hourly, 1).await.unwrap().allowed());
+        assert!(
+            store.acquire_now("k", &hourly, 1).is_none(),
+            "answered by the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let error = store.reset("k").await.expect_err("not published");
+    assert!(error.is_store_failure(), "{error:?}");
+    assert!(error.to_string().contains("the key is reset"), "{error}");
+    assert!(store.acquire("k", &hourly, 1).await.unwrap().allowed());
+}

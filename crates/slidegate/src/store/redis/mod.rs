@@ -661,7 +661,8 @@ impl Store for RedisStore {
 
     /// Deletes every rule's state of `key`, then tells the deny cache of
     /// every process (see [`publish_change`](Self::publish_change)); an
-    /// error when either fails (a reset can be repeated).
+    /// error when either fails (a reset can be repeated). The Redis user
+    /// needs `PUBLISH` on the channel (`&PREFIX:v2:changes` in an ACL).
     ///
     /// Cost: the states of a key are found with `SCAN MATCH` on the node
     /// that owns the key's slot, which walks every key of that node (in
@@ -697,7 +698,15 @@ impl Store for RedisStore {
         }
         // Published once the keys are gone: a process that hears of it
         // and asks Redis again finds them reset.
-        inner.publish(&Change::Key(key.to_owned())).await
+        inner
+            .publish(&Change::Key(key.to_owned()))
+            .await
+            .map_err(|error| {
+                Error::Store(format!(
+                    "the key is reset, but other processes' deny caches were not told \
+                     (they may deny it for up to their maximum age; repeat the reset): {error}"
+                ))
+            })
     }
 
     /// A single Redis: it answers `PING`. Sentinel: the master the
