@@ -345,6 +345,16 @@ impl Store for Backend {
             Backend::Redis(store) => store.ready().await,
         }
     }
+
+    fn watch_changes(
+        &self,
+        listener: std::sync::Weak<dyn slidegate::store::ChangeListener>,
+    ) -> bool {
+        match self {
+            Backend::Memory(_) => false,
+            Backend::Redis(store) => store.watch_changes(listener),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -441,6 +441,15 @@ impl<S: Store> Store for Instrumented<S> {
         self.observe(3, started, &result);
         result
     }
+
+    /// Forwarded: the deny cache around this store hears of the resets
+    /// other servers make through the wrapped one.
+    fn watch_changes(
+        &self,
+        listener: std::sync::Weak<dyn slidegate::store::ChangeListener>,
+    ) -> bool {
+        self.inner.watch_changes(listener)
+    }
 }
 
 #[cfg(test)]

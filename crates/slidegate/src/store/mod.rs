@@ -5,15 +5,18 @@
 //! uses the same Redis. Both obey the same contract, decision by decision.
 
 use std::future::Future;
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
+pub use changes::{Change, ChangeListener};
 pub use key::{MAX_KEY_LEN, fit_key, hash_tag, key_digest, slot_key, validate_key};
 pub use reserve::{BatchReservation, MAX_WAIT, Reservation};
 
+pub mod changes;
 pub mod key;
 pub mod memory;
 #[cfg(feature = "redis")]
@@ -77,6 +80,19 @@ pub trait Store: Send + Sync {
 
     /// Answers whether the store can take decisions now.
     fn ready(&self) -> impl Future<Output = Result<()>> + Send;
+
+    /// Tells `listener` of every [`Change`] made to this store's state
+    /// elsewhere (by the other processes that share it), and for how long
+    /// what it holds can be trusted (see [`changes`]); returns `true`. A
+    /// store whose state changes only through this handle has nothing to
+    /// tell: `false`, the default.
+    ///
+    /// A store that wraps another must forward this call: otherwise the
+    /// caches of its decisions never hear of other processes' changes.
+    fn watch_changes(&self, listener: Weak<dyn ChangeListener>) -> bool {
+        let _ = listener;
+        false
+    }
 
     /// Decides at once, without waiting, when the store can (an in-process
     /// store, or a cached denial): `None` when the decision needs I/O, and
@@ -191,6 +207,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn acquire_now(&self, key: &str, rules: &[Rule], cost: u64) -> Option<Result<Decision>> {
         (**self).acquire_now(key, rules, cost)
+    }
+
+    fn watch_changes(&self, listener: Weak<dyn ChangeListener>) -> bool {
+        (**self).watch_changes(listener)
     }
 
     fn reserve(

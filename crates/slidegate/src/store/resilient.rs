@@ -26,7 +26,19 @@
 //!   a request with `retry_after = d`, the same key, rules and an equal or
 //!   larger cost are denied locally for `d`, without a call. Batches use it
 //!   too: a hit denied on its own counter is remembered, and a batch whose
-//!   every hit is denied that way is answered without a call.
+//!   every hit is denied that way is answered without a call. A denial is
+//!   held for `d` from when the request was sent, and the client told to
+//!   wait `d` from when the answer came back: the cache never denies after
+//!   the backend would admit, and never says to come back before the
+//!   request can pass. A backend shared with other processes (Redis) tells
+//!   the cache of their resets ([`Store::watch_changes`]): it drops what
+//!   they touch as it hears of them, and answers nothing while it cannot
+//!   hear them (see [`RedisStore`](crate::RedisStore)'s change feed for
+//!   the bound). A denial is answered instead of the backend for at most
+//!   [`deny_cache_max_age`](ResilientStoreBuilder::deny_cache_max_age)
+//!   (default 10 s): the bound for changes no feed reports (a key deleted
+//!   by hand). When the backend cannot be asked, its denials are answered
+//!   until their wait ends, before the failure policy.
 //!
 //! Bad input (an invalid key, a cost above the limit) is an error as
 //! always: no policy applies to it.
@@ -56,11 +68,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 use self::breaker::{Breaker, Settings};
-use self::deny_cache::DenyCache;
+use self::deny_cache::{Asked, DenyCache};
 use self::gate::{Gate, Nodes};
 use super::memory::MemoryStore;
 use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn};
-use super::{Hit, Store, check_cost, validate_key};
+use super::{ChangeListener, Hit, Store, check_cost, validate_key};
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
@@ -68,6 +80,9 @@ use crate::rate::Rule;
 
 /// The default of [`ResilientStoreBuilder::local_max_bytes`]: 256 MiB.
 pub const DEFAULT_LOCAL_MAX_BYTES: usize = 256 << 20;
+
+/// The default of [`ResilientStoreBuilder::deny_cache_max_age`]: 10 s.
+pub const DEFAULT_DENY_CACHE_MAX_AGE: Duration = Duration::from_secs(10);
 
 mod breaker;
 mod deny_cache;
@@ -148,7 +163,8 @@ struct Shared<S> {
     nodes: Arc<Nodes>,
     in_flight: Semaphore,
     local: MemoryStore<String, Arc<dyn Clock>>,
-    deny_cache: Option<DenyCache>,
+    /// Shared with the backend's change feed, which holds it weakly.
+    deny_cache: Option<Arc<DenyCache>>,
     clock: Arc<dyn Clock>,
 }
 
@@ -162,6 +178,7 @@ pub struct ResilientStoreBuilder<S> {
     cooldown: (Duration, Duration),
     max_in_flight: usize,
     deny_cache: Option<usize>,
+    deny_cache_max_age: Duration,
     local_max_keys: usize,
     local_max_bytes: usize,
     clock: Option<Arc<dyn Clock>>,
@@ -179,6 +196,7 @@ impl<S: Store> ResilientStore<S> {
             cooldown: (Duration::from_millis(200), Duration::from_secs(1)),
             max_in_flight: 1024,
             deny_cache: Some(100_000),
+            deny_cache_max_age: DEFAULT_DENY_CACHE_MAX_AGE,
             local_max_keys: 100_000,
             local_max_bytes: DEFAULT_LOCAL_MAX_BYTES,
             clock: None,
@@ -211,7 +229,7 @@ impl<S: Store> ResilientStore<S> {
 
     /// Denials held in the local deny cache.
     pub fn deny_cache_len(&self) -> usize {
-        self.shared.deny_cache.as_ref().map_or(0, DenyCache::len)
+        self.shared.deny_cache.as_deref().map_or(0, DenyCache::len)
     }
 }
 
@@ -272,6 +290,19 @@ impl<S: Store> ResilientStoreBuilder<S> {
         self
     }
 
+    /// How long a cached denial is answered instead of the backend at
+    /// most, whatever its `retry_after` (default
+    /// [`DEFAULT_DENY_CACHE_MAX_AGE`], 10 s): the longest a change to the
+    /// backend's state that no change feed reports (a key deleted by hand,
+    /// writes lost in a failover) can go unseen by the cache. The client
+    /// is still told the whole wait, and while the backend cannot be asked
+    /// the denial is answered until that wait ends. Each key denied for
+    /// longer costs one backend call per max age.
+    pub fn deny_cache_max_age(mut self, max_age: Duration) -> Self {
+        self.deny_cache_max_age = max_age;
+        self
+    }
+
     /// The bound of the local fallback store in keys (default 100,000).
     pub fn local_max_keys(mut self, keys: usize) -> Self {
         self.local_max_keys = keys;
@@ -300,6 +331,20 @@ impl<S: Store> ResilientStoreBuilder<S> {
         let clock: Arc<dyn Clock> = self
             .clock
             .unwrap_or_else(|| Arc::new(MonotonicClock::new()));
+        let deny_cache = self.deny_cache.map(|entries| {
+            let cache = Arc::new(DenyCache::new(
+                entries,
+                self.deny_cache_max_age,
+                Arc::clone(&clock),
+            ));
+            // Distrusted before the feed is asked for: it may vouch at once.
+            cache.watched();
+            let listener: Arc<dyn ChangeListener> = Arc::clone(&cache) as _;
+            if !self.store.watch_changes(Arc::downgrade(&listener)) {
+                cache.unwatched();
+            }
+            cache
+        });
         let settings = Settings {
             threshold: self.failure_threshold,
             min_cooldown: self.cooldown.0,
@@ -319,7 +364,7 @@ impl<S: Store> ResilientStoreBuilder<S> {
                     .max_keys(self.local_max_keys)
                     .max_bytes(self.local_max_bytes)
                     .build(),
-                deny_cache: self.deny_cache.map(DenyCache::new),
+                deny_cache,
                 clock,
             }),
         }
@@ -445,12 +490,15 @@ fn min_limit(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::limit).min().unwrap_or(0)
 }
 
-/// The answer to a batch whose every hit has a denial in force: the store
-/// would deny each (a hit's counter alone already refuses it), so the batch
-/// too. `None` as soon as one hit needs the store, and for a batch that
+/// The answer to a batch whose every hit has a denial in force (by
+/// `lookup`): the store would deny each (a hit's counter alone already
+/// refuses it), so the batch too. `None` as soon as one hit needs the store, and for a batch that
 /// repeats a (key, rule): the store decides such hits on their summed
 /// cost, with a `retry_after` a denial of one hit alone does not give.
-fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Decision>> {
+fn cached_batch(
+    hits: &[Hit<'_>],
+    lookup: impl Fn(&Hit<'_>) -> Option<Decision>,
+) -> Option<Vec<Decision>> {
     if hits
         .iter()
         .enumerate()
@@ -458,9 +506,7 @@ fn cached_batch(cache: &DenyCache, hits: &[Hit<'_>], now: u64) -> Option<Vec<Dec
     {
         return None;
     }
-    hits.iter()
-        .map(|h| cache.lookup(h.key, &[h.rule], h.cost, now))
-        .collect()
+    hits.iter().map(lookup).collect()
 }
 
 /// True when another hit of `hits` than the `i`-th counts on `hit`'s counter.
@@ -473,10 +519,16 @@ fn shares_a_counter(hits: &[Hit<'_>], i: usize, hit: &Hit<'_>) -> bool {
 /// Remembers the denials of a batch's hits whose counter no other hit of
 /// the batch touches: each was decided on its counter's state alone, as a
 /// call of its own would have been.
-fn remember_batch(cache: &DenyCache, hits: &[Hit<'_>], decisions: &[Decision], sent: u64) {
+fn remember_batch(
+    cache: &DenyCache,
+    hits: &[Hit<'_>],
+    decisions: &[Decision],
+    asked: Asked,
+    answered: u64,
+) {
     for (i, (hit, decision)) in hits.iter().zip(decisions).enumerate() {
         if !shares_a_counter(hits, i, hit) && !decision.allowed() {
-            cache.insert(hit.key, &[hit.rule], hit.cost, sent, *decision);
+            cache.insert(hit.key, &[hit.rule], hit.cost, asked, answered, *decision);
         }
     }
 }
@@ -487,22 +539,38 @@ impl<S: Store> Store for ResilientStore<S> {
         check_cost(rules, cost)?;
         let shared = &*self.shared;
         let sent = shared.clock.now_micros();
-        if let Some(cache) = &shared.deny_cache
-            && let Some(decision) = cache.lookup(key, rules, cost, sent)
-        {
-            metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
-            return Ok(decision);
-        }
+        let asked = match &shared.deny_cache {
+            Some(cache) => {
+                if let Some(decision) = cache.lookup(key, rules, cost, sent) {
+                    metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+                    return Ok(decision);
+                }
+                Some(cache.ask(sent))
+            }
+            None => None,
+        };
         match shared.call(shared.store.acquire(key, rules, cost)).await? {
             Call::Answered(decision) => {
-                if let Some(cache) = &shared.deny_cache
+                if let (Some(cache), Some(asked)) = (&shared.deny_cache, asked)
                     && !decision.allowed()
                 {
-                    cache.insert(key, rules, cost, sent, decision);
+                    let answered = shared.clock.now_micros();
+                    cache.insert(key, rules, cost, asked, answered, decision);
                 }
                 Ok(decision)
             }
-            Call::Failed => shared.fallback(key, rules, cost).await,
+            Call::Failed => {
+                // Nothing changes the store's state through a store that
+                // cannot be asked: its last denial beats the policy.
+                if let Some(cache) = &shared.deny_cache
+                    && let Some(decision) =
+                        cache.lookup_held(key, rules, cost, shared.clock.now_micros())
+                {
+                    metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+                    return Ok(decision);
+                }
+                shared.fallback(key, rules, cost).await
+            }
         }
     }
 
@@ -526,20 +594,38 @@ impl<S: Store> Store for ResilientStore<S> {
         }
         let shared = &*self.shared;
         let sent = shared.clock.now_micros();
-        if let Some(cache) = &shared.deny_cache
-            && let Some(decisions) = cached_batch(cache, hits, sent)
-        {
-            metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
-            return Ok(decisions);
-        }
+        let asked = match &shared.deny_cache {
+            Some(cache) => {
+                if let Some(decisions) =
+                    cached_batch(hits, |h| cache.lookup(h.key, &[h.rule], h.cost, sent))
+                {
+                    metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+                    return Ok(decisions);
+                }
+                Some(cache.ask(sent))
+            }
+            None => None,
+        };
         match shared.call(shared.store.acquire_batch(hits)).await? {
             Call::Answered(decisions) => {
-                if let Some(cache) = &shared.deny_cache {
-                    remember_batch(cache, hits, &decisions, sent);
+                if let (Some(cache), Some(asked)) = (&shared.deny_cache, asked) {
+                    let answered = shared.clock.now_micros();
+                    remember_batch(cache, hits, &decisions, asked, answered);
                 }
                 Ok(decisions)
             }
-            Call::Failed => shared.fallback_batch(hits).await,
+            Call::Failed => {
+                if let Some(cache) = &shared.deny_cache {
+                    let now = shared.clock.now_micros();
+                    if let Some(decisions) =
+                        cached_batch(hits, |h| cache.lookup_held(h.key, &[h.rule], h.cost, now))
+                    {
+                        metrics::counter!("slidegate_deny_cache_hits_total").increment(1);
+                        return Ok(decisions);
+                    }
+                }
+                shared.fallback_batch(hits).await
+            }
         }
     }
 
@@ -594,14 +680,22 @@ impl<S: Store> Store for ResilientStore<S> {
     async fn reset(&self, key: &str) -> Result<()> {
         validate_key(key)?;
         let shared = &*self.shared;
-        if let Some(cache) = &shared.deny_cache {
-            cache.forget(key);
-        }
+        let forget = || {
+            if let Some(cache) = &shared.deny_cache {
+                // Also refuses the denials of calls already out.
+                cache.changed(&super::Change::Key(key.to_owned()));
+            }
+        };
+        forget();
         shared.local.reset(key);
-        match tokio::time::timeout(shared.timeout, shared.store.reset(key)).await {
+        let result = match tokio::time::timeout(shared.timeout, shared.store.reset(key)).await {
             Ok(result) => result,
             Err(_) => Err(Error::Timeout(shared.timeout)),
-        }
+        };
+        // Again once the store has reset the key: a call answered between
+        // the first forget and the reset may have been remembered.
+        forget();
+        result
     }
 
     async fn ready(&self) -> Result<()> {
@@ -611,7 +705,13 @@ impl<S: Store> Store for ResilientStore<S> {
             Err(_) => Err(Error::Timeout(shared.timeout)),
         }
     }
+
+    fn watch_changes(&self, listener: std::sync::Weak<dyn ChangeListener>) -> bool {
+        self.shared.store.watch_changes(listener)
+    }
 }
 
+#[cfg(test)]
+mod cache_tests;
 #[cfg(test)]
 mod tests;

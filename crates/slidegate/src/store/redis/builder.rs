@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::changes::{Feed, Source};
 use super::coalesce::{Calls, Coalesce, Lane};
 use super::sentinel::{self, Sentinel};
 use super::topology::{NodeUrl, Topology};
@@ -154,48 +155,57 @@ impl RedisStoreBuilder {
             timeout: self.timeout,
             coalesce: self.coalesce,
         });
-        let (connection, topology) = match (cluster_nodes(&self.url)?, sentinel::parse(&self.url)?)
-        {
-            (Some((url, hosts)), _) => {
-                let connection = self.cluster(&url, &hosts)?;
-                let connect_timeout = self.connect_timeout;
-                let calls = Arc::clone(&calls);
-                let topology = Topology::new(
-                    hosts.iter().map(|h| h.as_str().into()).collect(),
-                    url,
-                    Box::new(move |node_url| {
-                        let connection = manager(node_url, connect_timeout)?;
-                        Ok(Arc::new(Lane::new(connection, Arc::clone(&calls), true)))
-                    }),
-                );
-                (connection, Some(topology))
-            }
-            (None, Some(url)) => {
-                if let Some(first) = url.sentinels.first() {
-                    install_tls_provider(&url.sentinel_url.of(first));
+        let (connection, topology, source) =
+            match (cluster_nodes(&self.url)?, sentinel::parse(&self.url)?) {
+                (Some((url, hosts)), _) => {
+                    let connection = self.cluster(&url, &hosts)?;
+                    let connect_timeout = self.connect_timeout;
+                    let calls = Arc::clone(&calls);
+                    let topology = Topology::new(
+                        hosts.iter().map(|h| h.as_str().into()).collect(),
+                        url,
+                        Box::new(move |node_url| {
+                            let connection = manager(node_url, connect_timeout)?;
+                            Ok(Arc::new(Lane::new(connection, Arc::clone(&calls), true)))
+                        }),
+                    );
+                    let source = Source::Cluster(Arc::clone(&topology));
+                    (connection, Some(topology), source)
                 }
-                let connect_timeout = self.connect_timeout;
-                let calls = Arc::clone(&calls);
-                let sentinel = Sentinel::new(
-                    url,
-                    |url| manager(url, connect_timeout),
-                    Box::new(move |node_url| {
-                        let connection = manager(node_url, connect_timeout)?;
-                        Ok(Arc::new(Lane::new(connection, Arc::clone(&calls), false)))
-                    }),
-                )?;
-                (Connection::Sentinel(sentinel), None)
-            }
-            (None, None) => {
-                let connection = self.node()?;
-                (
-                    Connection::Node(Arc::new(Lane::new(connection, Arc::clone(&calls), false))),
-                    None,
-                )
-            }
-        };
+                (None, Some(url)) => {
+                    if let Some(first) = url.sentinels.first() {
+                        install_tls_provider(&url.sentinel_url.of(first));
+                    }
+                    let connect_timeout = self.connect_timeout;
+                    let calls = Arc::clone(&calls);
+                    let sentinel = Sentinel::new(
+                        url,
+                        |url| manager(url, connect_timeout),
+                        Box::new(move |node_url| {
+                            let connection = manager(node_url, connect_timeout)?;
+                            Ok(Arc::new(Lane::new(connection, Arc::clone(&calls), false)))
+                        }),
+                    )?;
+                    let source = Source::Sentinel(Arc::clone(&sentinel));
+                    (Connection::Sentinel(sentinel), None, source)
+                }
+                (None, None) => {
+                    let connection = self.node()?;
+                    (
+                        Connection::Node(Arc::new(Lane::new(
+                            connection,
+                            Arc::clone(&calls),
+                            false,
+                        ))),
+                        None,
+                        Source::Node(self.url.clone()),
+                    )
+                }
+            };
+        let feed = Feed::new(&self.prefix, source, self.connect_timeout);
         Ok(RedisStore {
             inner: Arc::new(Inner {
+                feed,
                 topology,
                 connection,
                 prefix: self.prefix,

@@ -47,6 +47,12 @@
 //!   algorithms keep one short STRING. Keys expire when the state becomes
 //!   idle (a busy sliding log up to half a window later, so that its expiry
 //!   is not moved on every admission); a probe never creates a key.
+//! - **A change feed.** A reset publishes the key on a channel of the
+//!   prefix (`slidegate:v2:changes`), and every store a deny cache
+//!   watches ([`ResilientStore`](crate::store::resilient::ResilientStore))
+//!   subscribes to it and pings it: a reset reaches the deny cache of
+//!   every process within [`CHANGE_FEED_TRUST`] (1 s), or that cache
+//!   answers nothing (see `changes.rs`).
 //! - **Errors** are [`Error::Timeout`] (the per-call deadline passed),
 //!   [`Error::Store`] (connection or Redis failure), [`Error::Config`]
 //!   (bad URL or option) and [`Error::KeyConflict`] (the Redis key of one
@@ -54,7 +60,7 @@
 //!   string without this format's mark; that key is refused, never read
 //!   as state or overwritten); callers never see Redis' own error types.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -62,6 +68,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 
 pub use self::builder::RedisStoreBuilder;
+pub use self::changes::CHANGE_FEED_TRUST;
+use self::changes::Feed;
 pub use self::coalesce::Coalesce;
 use self::coalesce::{Answer, Calls, Lane};
 use self::keys::{is_state_of, scan_pattern};
@@ -70,12 +78,13 @@ use self::sentinel::{Master, Sentinel};
 use self::topology::{Topology, slot_of};
 use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn, wait_micros};
 use super::resilient::gate;
-use super::{Hit, Store, check_cost, check_waits, validate_key};
+use super::{Change, ChangeListener, Hit, Store, check_cost, check_waits, validate_key};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 
 mod builder;
+mod changes;
 mod coalesce;
 mod cross_slot;
 mod keys;
@@ -136,6 +145,9 @@ struct Inner {
     /// Which master serves which slot, and each master's lane (a cluster
     /// only).
     topology: Option<Arc<Topology>>,
+    /// The changes other processes make, for the deny caches that watch
+    /// this store.
+    feed: Arc<Feed>,
 }
 
 #[derive(Clone)]
@@ -218,6 +230,17 @@ impl RedisStore {
     pub fn state_key(&self, key: &str, rule: Rule) -> String {
         keys::state_key(&self.inner.prefix, key, rule)
     }
+
+    /// Tells the deny cache of every process that uses this Redis with
+    /// this prefix that `change` happened (after it is made: a cache that
+    /// hears of it asks Redis again). [`reset`](Store::reset) publishes its
+    /// key itself; code that changes state in other ways (a limit changed
+    /// at run time) publishes here. Fails when Redis does not take the
+    /// message: the caches may then hold what the change touches for up to
+    /// their maximum age.
+    pub async fn publish_change(&self, change: &Change) -> Result<()> {
+        self.inner.publish(change).await
+    }
 }
 
 fn is_noscript(e: &redis::RedisError) -> bool {
@@ -267,6 +290,15 @@ impl Inner {
         }
     }
 
+    /// Starts the change feed's subscriber when a cache waits for it and
+    /// it could not be started before (the store was watched outside a
+    /// runtime).
+    fn start_feed(&self) {
+        if self.feed.is_wanted() {
+            self.feed.start_if_wanted();
+        }
+    }
+
     /// Runs `call` within the per-call deadline.
     async fn within<T>(
         &self,
@@ -300,6 +332,7 @@ impl Inner {
         step: Option<(Step, &str)>,
         parse: impl Fn(&Plan<'_>, &redis::Value) -> Result<T>,
     ) -> Result<T> {
+        self.start_feed();
         if let Connection::Sentinel(sentinel) = &self.connection {
             return self.run_on_master(sentinel, plan, step, parse).await;
         }
@@ -489,6 +522,7 @@ impl Inner {
         cmd: &redis::Cmd,
         route_key: &str,
     ) -> Result<T> {
+        self.start_feed();
         match &self.connection {
             Connection::Node(lane) => self.within(cmd.query_async(&mut lane.connection())).await,
             Connection::Sentinel(sentinel) => {
@@ -627,7 +661,10 @@ impl Store for RedisStore {
         wait_for_turn(self, key, rules, cost, max_wait).await
     }
 
-    /// Deletes every rule's state of `key`.
+    /// Deletes every rule's state of `key`, then tells the deny cache of
+    /// every process (see [`publish_change`](Self::publish_change)); an
+    /// error when either fails (a reset can be repeated). The Redis user
+    /// needs `PUBLISH` on the channel (`&PREFIX:v2:changes` in an ACL).
     ///
     /// Cost: the states of a key are found with `SCAN MATCH` on the node
     /// that owns the key's slot, which walks every key of that node (in
@@ -657,10 +694,21 @@ impl Store for RedisStore {
                 let _: i64 = inner.query(&del, &route_key).await?;
             }
             if next == 0 {
-                return Ok(());
+                break;
             }
             cursor = next;
         }
+        // Published once the keys are gone: a process that hears of it
+        // and asks Redis again finds them reset.
+        inner
+            .publish(&Change::Key(key.to_owned()))
+            .await
+            .map_err(|error| {
+                Error::Store(format!(
+                    "the key is reset, but other processes' deny caches were not told \
+                     (they may deny it for up to their maximum age; repeat the reset): {error}"
+                ))
+            })
     }
 
     /// A single Redis: it answers `PING`. Sentinel: the master the
@@ -691,6 +739,13 @@ impl Store for RedisStore {
         } else {
             Err(Error::Store(format!("PING answered {pong:?}")))
         }
+    }
+
+    /// Subscribes to the change feed (see the module documentation): once
+    /// for every clone of this store, however many caches watch it.
+    fn watch_changes(&self, listener: Weak<dyn ChangeListener>) -> bool {
+        self.inner.feed.listen(listener);
+        true
     }
 }
 

@@ -233,6 +233,12 @@ impl Sentinel {
         }))
     }
 
+    /// The URL of the node at `addr` (`host:port`), with the master's
+    /// credentials and database.
+    pub(crate) fn url_of(&self, addr: &str) -> String {
+        self.master_url.of(addr)
+    }
+
     /// The master in use, if one is known.
     pub(crate) fn current(&self) -> Option<Arc<Master>> {
         self.state.borrow().master.clone()

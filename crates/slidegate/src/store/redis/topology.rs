@@ -109,6 +109,12 @@ impl Topology {
         })
     }
 
+    /// The URL of `node` (`host:port`), with the cluster URL's
+    /// credentials.
+    pub(crate) fn url_of(&self, node: &str) -> String {
+        self.url.of(node)
+    }
+
     /// The master serving `slot`, when known.
     pub(crate) fn node_of(&self, slot: u16) -> Option<Arc<str>> {
         let ranges = Arc::clone(&self.ranges.read());
