@@ -19,7 +19,7 @@ use tower::ServiceExt;
 use crate::backend::Backend;
 use crate::cli::ServeArgs;
 use crate::config::{LiveConfig, LoadOptions};
-use crate::grpc;
+use crate::grpc_listener;
 use crate::http::{self, AppState};
 use crate::listen::{Acceptor, Conn, ConnectionLimits, GrpcLimits, Protocol};
 
@@ -176,7 +176,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
     let grpc = async {
         // tonic waits for its connections without a bound: past the
         // grace, stop waiting (the process exits, which closes them).
-        let serve = grpc::serve(
+        let serve = grpc_listener::serve(
             grpc_listener,
             config,
             store,

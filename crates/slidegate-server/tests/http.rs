@@ -397,7 +397,9 @@ async fn every_answer_tells_browsers_not_to_sniff_its_type() {
     let server = TestServer::full(slidegate_server::http::AppState::new(MemoryStore::new())).await;
     let json = [("content-type", "application/json")];
     let check = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
-    let cases: [(Method, &str, &[(&str, &str)], &str); 17] = [
+    /// A request: method, path, header fields, body.
+    type Case<'a> = (Method, &'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 17] = [
         (
             Method::POST,
             "/v1/acquire",
