@@ -320,3 +320,78 @@ async fn a_report_over_the_ceiling_is_recorded_up_to_it_on_memory() {
 async fn a_report_over_the_ceiling_is_recorded_up_to_it_on_redis() {
     a_report_over_the_ceiling_is_recorded_up_to_it(StoreKind::Redis).await;
 }
+
+/// Two clients of one key and limit, one locking out for 60 s, the other
+/// for a day (`"block_ms"`): one lockout runs per key and limit, the first
+/// started wins, and every request with a lockout, of any length, sees it
+/// until it ends. A request without one sees the window only.
+async fn the_first_lockout_started_holds_every_client_with_one(kind: StoreKind) {
+    const MINUTE_MS: u64 = 60_000;
+    const DAY_MS: u64 = 86_400_000;
+    let server = server(kind).await;
+    let ask = |key: &str, block_ms: Option<u64>| {
+        let mut body = json!({"key": key, "limit": 1, "window_ms": MINUTE_MS});
+        if let Some(block_ms) = block_ms {
+            body["block_ms"] = block_ms.into();
+        }
+        body
+    };
+    let retry = async |key: &str, block_ms: Option<u64>| {
+        let (status, body) = acquire(&server, ask(key, block_ms)).await;
+        assert_eq!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{key} {block_ms:?}: {body}"
+        );
+        body["retry_after_ms"].as_u64().expect("retry_after_ms")
+    };
+    let about = |ms: u64, expected: u64| ms <= expected && ms + 2_000 >= expected;
+
+    // The day's lockout starts first: the minute's client is held a day.
+    assert_eq!(
+        acquire(&server, ask("day-first", Some(MINUTE_MS))).await.0,
+        StatusCode::OK
+    );
+    let day = retry("day-first", Some(DAY_MS)).await;
+    assert!(
+        about(day, DAY_MS),
+        "the denial starts the day's lockout: {day} ms"
+    );
+    let held = retry("day-first", Some(MINUTE_MS)).await;
+    assert!(
+        about(held, DAY_MS),
+        "a client locking out for a minute is held by the day's lockout: {held} ms"
+    );
+    let plain = retry("day-first", None).await;
+    assert!(
+        about(plain, MINUTE_MS),
+        "without a lockout, the window: {plain} ms"
+    );
+
+    // The minute's lockout starts first: a day's client does not extend it.
+    assert_eq!(
+        acquire(&server, ask("minute-first", Some(MINUTE_MS)))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let minute = retry("minute-first", Some(MINUTE_MS)).await;
+    assert!(about(minute, MINUTE_MS), "{minute} ms");
+    let not_extended = retry("minute-first", Some(DAY_MS)).await;
+    assert!(
+        about(not_extended, MINUTE_MS),
+        "a running lockout is neither replaced nor extended by a longer one: {not_extended} ms"
+    );
+    let still = retry("minute-first", Some(MINUTE_MS)).await;
+    assert!(about(still, MINUTE_MS), "{still} ms");
+}
+
+#[tokio::test]
+async fn the_first_lockout_started_holds_every_client_with_one_on_memory() {
+    the_first_lockout_started_holds_every_client_with_one(StoreKind::Memory).await;
+}
+
+#[tokio::test]
+async fn the_first_lockout_started_holds_every_client_with_one_on_redis() {
+    the_first_lockout_started_holds_every_client_with_one(StoreKind::Redis).await;
+}
