@@ -418,9 +418,8 @@ pub enum GoAway {
 #[derive(Debug)]
 pub struct Clock {
     state: Mutex<State>,
-    /// Wakes [`Clock::idle_expired`] and [`Clock::closed`] when a gRPC
-    /// connection's phase moves or its socket goes.
-    changed: Notify,
+    /// Wakes [`Clock::closed`] when the socket goes.
+    closing: Notify,
     limits: ConnectionLimits,
     protocol: Protocol,
 }
@@ -435,7 +434,7 @@ impl Clock {
                 close_by: None,
                 closed: false,
             }),
-            changed: Notify::new(),
+            closing: Notify::new(),
             limits,
             protocol,
         }
@@ -444,14 +443,6 @@ impl Clock {
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
         // The state is a plain value: a panic elsewhere cannot leave it half-written.
         f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Wakes [`Clock::idle_expired`] and [`Clock::closed`]; only a gRPC
-    /// connection has them waiting.
-    fn phase_moved(&self) {
-        if self.protocol == Protocol::Grpc {
-            self.changed.notify_waiters();
-        }
     }
 
     /// A request was dispatched; the guard marks its answer.
@@ -464,7 +455,6 @@ impl Clock {
                 Phase::Head { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1 },
             };
         });
-        self.phase_moved();
         RequestGuard {
             clock: Arc::clone(self),
         }
@@ -485,7 +475,6 @@ impl Clock {
                 };
             }
         });
-        self.phase_moved();
     }
 
     fn bytes_read(&self) {
@@ -530,24 +519,23 @@ impl Clock {
     /// Completes once the connection has been idle (no call in flight) for
     /// the idle timeout; never without one. For a gRPC connection, whose
     /// server then sends GOAWAY.
+    ///
+    /// It looks at the phase at most once per idle timeout while calls are
+    /// in flight, and is not woken by them: a call costs it nothing. A
+    /// connection that goes idle at `t` was last seen busy at or before
+    /// `t`, so the look after that one, at most an idle timeout later, finds
+    /// it idle until `t` plus the idle timeout, and waits for exactly that.
     pub async fn idle_expired(&self) {
+        let Some(idle_timeout) = self.limits.idle_timeout else {
+            return std::future::pending().await;
+        };
         loop {
-            // Registered before the phase is read: a move in between is not missed.
-            let moved = self.changed.notified();
-            let mut moved = std::pin::pin!(moved);
-            moved.as_mut().enable();
-            match self.state().phase {
-                Phase::Idle { until: Some(until) } => {
-                    if until <= Instant::now() {
-                        return;
-                    }
-                    tokio::select! {
-                        () = tokio::time::sleep_until(until) => {}
-                        () = moved => {}
-                    }
-                }
-                _ => moved.await,
-            }
+            let next_look = match self.state().phase {
+                Phase::Idle { until: Some(until) } if until <= Instant::now() => return,
+                Phase::Idle { until: Some(until) } => until,
+                _ => Instant::now() + idle_timeout,
+            };
+            tokio::time::sleep_until(next_look).await;
         }
     }
 
@@ -555,19 +543,20 @@ impl Clock {
     /// side, or failed at a deadline).
     pub async fn closed(&self) {
         loop {
-            let moved = self.changed.notified();
-            let mut moved = std::pin::pin!(moved);
-            moved.as_mut().enable();
+            // Registered before the state is read: a close in between is not missed.
+            let closing = self.closing.notified();
+            let mut closing = std::pin::pin!(closing);
+            closing.as_mut().enable();
             if self.state().closed {
                 return;
             }
-            moved.await;
+            closing.await;
         }
     }
 
     fn socket_closed(&self) {
         self.with_state(|state| state.closed = true);
-        self.phase_moved();
+        self.closing.notify_waiters();
     }
 
     /// The connection was asked to go away (HTTP/2 GOAWAY) for `why`: it
