@@ -17,7 +17,7 @@
 //!
 //! An idle gRPC connection is not cut at its deadline: the gRPC server
 //! waits for [`Clock::idle_expired`] and sends HTTP/2 GOAWAY, which lets a
-//! call the client sent meanwhile finish; [`Clock::close_by`] then bounds
+//! call the client sent meanwhile finish; [`Clock::going_away`] then bounds
 //! how long the connection may take to close.
 //!
 //! Each listener also caps the connections of one client address
