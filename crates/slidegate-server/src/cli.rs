@@ -230,6 +230,20 @@ pub struct ConnectionArgs {
     )]
     pub max_connections: u32,
 
+    /// Most connections one client address may hold open on each
+    /// listener (an IPv6 address counts as its /64); one more is closed
+    /// as soon as it is accepted. Default: three quarters of
+    /// --max-connections, so one address never holds the whole listener,
+    /// while an Envoy with many workers, a NAT gateway or a load balancer
+    /// still gets most of it. Set it to --max-connections to turn it off.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_MAX_CONNECTIONS_PER_IP",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub max_connections_per_ip: Option<u32>,
+
     /// How long a client may take to send a request head (HTTP), counted
     /// from the connection's accept or from the first byte of a later
     /// request, and how long a new gRPC connection may take to start its
@@ -243,9 +257,10 @@ pub struct ConnectionArgs {
     )]
     pub header_timeout: Duration,
 
-    /// How long an HTTP keep-alive connection with no request in flight
-    /// stays open. (gRPC connections stay open; see
-    /// --grpc-max-connection-age.)
+    /// How long a connection with no request in flight stays open: an
+    /// HTTP keep-alive connection is then closed, a gRPC connection with
+    /// no call in flight is sent GOAWAY (its client reconnects for its next
+    /// call).
     #[arg(
         long,
         value_name = "DURATION",
@@ -301,7 +316,8 @@ pub struct ConnectionArgs {
 
     /// Age at which a gRPC connection is asked to go away (HTTP/2
     /// GOAWAY; clients such as Envoy reconnect at once), so no connection
-    /// holds one of the --max-connections forever.
+    /// holds one of the --max-connections forever. Its calls in flight
+    /// then get --grpc-request-timeout to finish before it is closed.
     #[arg(
         long,
         value_name = "DURATION",
@@ -315,18 +331,20 @@ pub struct ConnectionArgs {
 impl ConnectionArgs {
     /// The bounds these flags set.
     pub fn limits(&self) -> ServeLimits {
+        let max_connections = self.max_connections as usize;
         let connections = ConnectionLimits {
-            max_connections: self.max_connections as usize,
+            max_connections,
+            max_connections_per_ip: self.max_connections_per_ip.map_or_else(
+                || listen::default_max_connections_per_ip(max_connections),
+                |max| max as usize,
+            ),
             header_timeout: self.header_timeout,
             idle_timeout: Some(self.idle_timeout),
         };
         ServeLimits {
             http: connections,
             grpc: GrpcLimits {
-                connections: ConnectionLimits {
-                    idle_timeout: None,
-                    ..connections
-                },
+                connections,
                 max_message_bytes: self.grpc_max_message_bytes as usize,
                 max_concurrent_streams: self.grpc_max_concurrent_streams,
                 request_timeout: self.grpc_request_timeout,

@@ -11,23 +11,15 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_li
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code as ProtoCode, DescriptorStatus as ProtoStatus, RateLimit as ProtoLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::{self, ListValue, Struct, value::Kind};
 use slidegate::Store;
-use tokio::net::TcpListener;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
-use tonic_health::ServingStatus;
 
 use crate::bounds::Bounds;
 use crate::config::{RateLimitConfig, Unit};
-use crate::listen::{
-    Acceptor, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES,
-    GrpcLimits, Protocol as ListenerProtocol, TrackRequests,
-};
 use crate::metrics::Protocol;
 use crate::response_headers::{self, ResponseHeaders};
 use crate::service::{CheckError, CheckRequest, CheckResponse, Code, DescriptorRequest};
@@ -112,74 +104,6 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
             Err(error) => Err(status_of(&error)),
         }
     }
-}
-
-/// The name the health service reports the rate limit service under.
-const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
-
-/// Serves `ShouldRateLimit` and the standard health service on `listener`
-/// within `limits` until `shutdown` completes. Health says SERVING while
-/// the store is ready.
-pub async fn serve<S: Store + Clone + 'static>(
-    listener: TcpListener,
-    config: Arc<ArcSwap<RateLimitConfig>>,
-    store: S,
-    limits: GrpcLimits,
-    bounds: Bounds,
-    response_headers: ResponseHeaders,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
-    let (reporter, health) = tonic_health::server::health_reporter();
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let probe_store = store.clone();
-    let prober = tokio::spawn(async move {
-        loop {
-            let ready = matches!(
-                tokio::time::timeout(Duration::from_secs(1), probe_store.ready()).await,
-                Ok(Ok(()))
-            );
-            let status = if ready {
-                ServingStatus::Serving
-            } else {
-                ServingStatus::NotServing
-            };
-            reporter.set_service_status("", status).await;
-            reporter.set_service_status(SERVICE_NAME, status).await;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stopped.changed() => return,
-            }
-        }
-    });
-    let acceptor = Acceptor::new(listener, limits.connections, ListenerProtocol::Grpc);
-    let incoming = futures_util::stream::unfold(acceptor, |acceptor| async move {
-        let conn = acceptor.accept().await;
-        Some((Ok::<_, std::io::Error>(conn), acceptor))
-    });
-    let streams = limits.max_concurrent_streams;
-    let service = RateLimitServiceServer::new(
-        RateLimitGrpc::new(config, store)
-            .with_bounds(bounds)
-            .with_response_headers(response_headers),
-    )
-    .max_decoding_message_size(limits.max_message_bytes);
-    let result = tonic::transport::Server::builder()
-        .timeout(limits.request_timeout)
-        .max_concurrent_streams(streams)
-        .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
-        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
-        .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
-        .max_connection_age(limits.max_connection_age)
-        .max_connection_age_grace(limits.request_timeout)
-        .layer(TrackRequests)
-        .add_service(health.max_decoding_message_size(limits.max_message_bytes))
-        .add_service(service)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await;
-    let _ = stop.send(true);
-    let _ = prober.await;
-    result
 }
 
 /// The gRPC status of a failed check: `UNAVAILABLE` when the store failed

@@ -11,7 +11,11 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /ui` | the status page (HTML; with `--admin-token`, only for a request carrying it, as Bearer or Basic password) |
 //! | `GET /v1/stats` | what the status page shows, as JSON ([`Snapshot`](crate::stats::Snapshot)); admin token as for `/ui` |
-//! | `GET /v1/config` | the rules in force as JSON: domains, their files, descriptors and limits, when loaded |
+//! | `GET /v1/config` | the rules in force as JSON: domains, their files, descriptors and limits, when loaded; admin token as for `/ui` |
+//!
+//! The admin token is checked by one function (`http/auth.rs`) on every route that needs it
+//! (Bearer or Basic, the scheme's name in any case). Every answer carries
+//! `X-Content-Type-Options: nosniff`.
 //!
 //! Every error is `{"error":{"code":"...","message":"..."}}` with a stable
 //! code ([`ErrorCode`]): 400 for bad input, 404, 405, 408, 413, 415, and
@@ -51,6 +55,7 @@ use crate::service::{CheckError, Code};
 use waiting::Waiting;
 
 mod admin;
+mod auth;
 mod body;
 mod error;
 pub mod headers;
@@ -290,7 +295,7 @@ async fn peek<S: Store>(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     if let Some(token) = state.admin_token.as_deref()
-        && let Some(refused) = admin::refusal(token, &headers)
+        && let Some(refused) = auth::refusal(token, &headers, auth::Challenge::Bearer)
     {
         return Ok(refused);
     }

@@ -7,6 +7,7 @@
 //!   `GET /healthz`, `GET /readyz`) as an axum router.
 //! - [`serve`]: binding, serving and graceful shutdown.
 //! - [`listen`]: accepting connections within a cap, and their deadlines.
+//! - [`grpc`]: Envoy's rate limit service; [`grpc_listener`] serves it.
 //! - [`check`]: one decision from the command line.
 //! - [`decision`]: asking the store, and the JSON form of its answer.
 //! - [`keyspace`]: the store keys, one key space per kind of counter.
@@ -28,6 +29,7 @@ pub mod cli;
 pub mod config;
 pub mod decision;
 pub mod grpc;
+pub mod grpc_listener;
 pub mod http;
 pub mod keyspace;
 pub mod listen;

@@ -12,8 +12,18 @@
 //! | phase | until | deadline |
 //! |---|---|---|
 //! | head | its request is dispatched | `header_timeout` after the connection was accepted, or (HTTP/1) after the first byte of a later request |
-//! | busy | its last request in flight is answered | none (requests have their own timeout) |
-//! | idle | the first byte of the next request (HTTP/1) | `idle_timeout` after the last answer; none for gRPC |
+//! | busy | its last request in flight is answered (a gRPC call: its last message sent) | none (requests have their own timeout) |
+//! | idle | the first byte of the next request (HTTP/1), or the next call (gRPC) | `idle_timeout` after the last answer |
+//!
+//! An idle gRPC connection is not cut at its deadline: the gRPC server
+//! waits for [`Clock::idle_expired`] and sends HTTP/2 GOAWAY, which lets a
+//! call the client sent meanwhile finish; [`Clock::going_away`] then bounds
+//! how long the connection may take to close.
+//!
+//! Each listener also caps the connections of one client address
+//! (`max_connections_per_ip`; an IPv6 address counts as its /64, which one
+//! client usually holds whole): one past it is closed as soon as it is
+//! accepted, so one address never holds the whole listener.
 //!
 //! hyper has one timer for an HTTP/1 head and the idle wait before it
 //! (`header_read_timeout` starts when the server starts waiting for the
@@ -21,8 +31,9 @@
 //! bound on heads and a longer one on keep-alive connections, as Go's
 //! `ReadHeaderTimeout` and `IdleTimeout` do.
 
+use std::collections::HashMap;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, ready};
@@ -30,12 +41,22 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 /// Default of `--max-connections`: open connections per listener.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// Default of `--max-connections-per-ip` for a listener of
+/// `max_connections`: three quarters of it. One address then never holds
+/// the last quarter (room for every other client), while one that
+/// legitimately opens many (an Envoy with many workers, a NAT gateway, a
+/// load balancer) still gets most of the listener. Below 4 connections
+/// the whole listener.
+pub fn default_max_connections_per_ip(max_connections: usize) -> usize {
+    (max_connections - max_connections / 4).max(1)
+}
 
 /// Default of `--header-timeout`.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -70,8 +91,9 @@ pub const GRPC_MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
 /// (out of file descriptors, say), so the loop does not spin.
 const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 
-/// Least time between two warnings that a listener is at its cap, so a
-/// flood of connections does not become a flood of log lines.
+/// Least time between two warnings that a listener is at its cap (or
+/// refuses an address past its own), so a flood of connections does not
+/// become a flood of log lines.
 const FULL_WARNING_EVERY: Duration = Duration::from_secs(10);
 
 /// The bounds on one listener's connections.
@@ -80,13 +102,16 @@ pub struct ConnectionLimits {
     /// Most connections open at once; beyond it the listener stops
     /// accepting until one closes.
     pub max_connections: usize,
+    /// Most connections open at once from one client address (an IPv6
+    /// address counts as its /64); one beyond it is closed once accepted.
+    pub max_connections_per_ip: usize,
     /// How long a request head may take (from the connection's accept, or
     /// from the first byte of a later HTTP/1 request) until it is
     /// dispatched; on a gRPC connection, how long its first call may take
     /// to arrive.
     pub header_timeout: Duration,
-    /// How long a connection with nothing in flight stays open; `None`
-    /// keeps it (gRPC clients hold one long-lived connection).
+    /// How long a connection with nothing in flight stays open (an HTTP/1
+    /// one is closed, a gRPC one sent GOAWAY); `None` keeps it.
     pub idle_timeout: Option<Duration>,
 }
 
@@ -94,6 +119,7 @@ impl Default for ConnectionLimits {
     fn default() -> Self {
         ConnectionLimits {
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_ip: default_max_connections_per_ip(DEFAULT_MAX_CONNECTIONS),
             header_timeout: DEFAULT_HEADER_TIMEOUT,
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
         }
@@ -103,8 +129,8 @@ impl Default for ConnectionLimits {
 /// The gRPC server's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GrpcLimits {
-    /// The listener's connections (`idle_timeout` is not used: gRPC
-    /// connections are long-lived and renewed by `max_connection_age`).
+    /// The listener's connections; an idle one is sent GOAWAY at its
+    /// `idle_timeout`.
     pub connections: ConnectionLimits,
     /// Largest request message, in bytes; a larger one is refused from
     /// its length prefix, before it is read.
@@ -122,10 +148,7 @@ pub struct GrpcLimits {
 impl Default for GrpcLimits {
     fn default() -> Self {
         GrpcLimits {
-            connections: ConnectionLimits {
-                idle_timeout: None,
-                ..ConnectionLimits::default()
-            },
+            connections: ConnectionLimits::default(),
             max_message_bytes: DEFAULT_GRPC_MAX_MESSAGE_BYTES,
             max_concurrent_streams: DEFAULT_GRPC_MAX_CONCURRENT_STREAMS,
             request_timeout: DEFAULT_GRPC_REQUEST_TIMEOUT,
@@ -158,35 +181,60 @@ impl Protocol {
 pub struct Acceptor {
     listener: TcpListener,
     permits: Arc<Semaphore>,
+    /// The connections open per client address; `None` when the cap per
+    /// address is the listener's own.
+    addresses: Option<Arc<Addresses>>,
     limits: ConnectionLimits,
     protocol: Protocol,
     last_full_warning: Mutex<Option<Instant>>,
+    last_address_warning: Mutex<Option<Instant>>,
 }
 
 impl Acceptor {
     /// Accepts on `listener` within `limits`.
     pub fn new(listener: TcpListener, limits: ConnectionLimits, protocol: Protocol) -> Acceptor {
+        let max_connections = limits.max_connections.max(1);
+        let addresses = (limits.max_connections_per_ip < max_connections).then(|| {
+            Arc::new(Addresses {
+                max: limits.max_connections_per_ip.max(1),
+                open: Mutex::new(HashMap::new()),
+            })
+        });
         Acceptor {
             listener,
-            permits: Arc::new(Semaphore::new(limits.max_connections.max(1))),
+            permits: Arc::new(Semaphore::new(max_connections)),
+            addresses,
             limits,
             protocol,
             last_full_warning: Mutex::new(None),
+            last_address_warning: Mutex::new(None),
         }
     }
 
     /// The next connection, once one of the listener's permits is free.
-    /// Errors of one connection (reset before accept, say) are skipped;
-    /// others (out of file descriptors) are logged and retried after a pause.
+    /// A connection from an address at its cap is closed at once and
+    /// skipped, as are errors of one connection (reset before accept,
+    /// say); others (out of file descriptors) are logged and retried after
+    /// a pause.
     pub async fn accept(&self) -> Conn {
         loop {
             let permit = self.permit().await;
             match self.listener.accept().await {
                 Ok((stream, peer)) => {
+                    let address = match &self.addresses {
+                        Some(addresses) => match Addresses::admit(addresses, peer.ip()) {
+                            Some(slot) => Some(slot),
+                            None => {
+                                self.refuse(peer);
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
                     // Small answers go out at once rather than after the
                     // peer's delayed ACK.
                     let _ = stream.set_nodelay(true);
-                    return Conn::new(stream, peer, permit, self.limits, self.protocol);
+                    return Conn::new(stream, peer, permit, address, self.limits, self.protocol);
                 }
                 Err(error) if is_connection_error(&error) => {}
                 Err(error) => {
@@ -212,20 +260,108 @@ impl Acceptor {
 
 impl Acceptor {
     fn warn_full(&self) {
-        let now = Instant::now();
-        let mut last = self
-            .last_full_warning
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if last.is_some_and(|at| now < at + FULL_WARNING_EVERY) {
+        if !due(&self.last_full_warning) {
             return;
         }
-        *last = Some(now);
         tracing::warn!(
             listener = self.protocol.name(),
             max_connections = self.limits.max_connections,
             "connection limit reached: new connections wait until one closes"
         );
+    }
+
+    /// Closes a connection from an address at its cap (the stream is
+    /// dropped by the caller), counted, and logged at most every 10 s.
+    fn refuse(&self, peer: SocketAddr) {
+        let listener = self.protocol.name();
+        metrics::counter!(
+            "slidegate_connections_refused_total",
+            "listener" => listener,
+            "reason" => "per_ip"
+        )
+        .increment(1);
+        tracing::debug!(listener, %peer, "connection refused: its address is at its cap");
+        if due(&self.last_address_warning) {
+            tracing::warn!(
+                listener,
+                peer = %peer.ip(),
+                max_connections_per_ip = self.limits.max_connections_per_ip,
+                "an address holds as many connections as --max-connections-per-ip allows: closing its new ones"
+            );
+        }
+    }
+}
+
+/// True, and the time noted, when no warning of its kind was logged in the
+/// last [`FULL_WARNING_EVERY`].
+fn due(last: &Mutex<Option<Instant>>) -> bool {
+    let now = Instant::now();
+    let mut last = last.lock().unwrap_or_else(PoisonError::into_inner);
+    if last.is_some_and(|at| now < at + FULL_WARNING_EVERY) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
+
+/// The connections open per client address, at most `max` each. At most
+/// one entry per open connection: an address leaves with its last one.
+#[derive(Debug)]
+struct Addresses {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl Addresses {
+    /// A place for one more connection of `ip`, if its address has room.
+    fn admit(this: &Arc<Addresses>, ip: IpAddr) -> Option<AddressSlot> {
+        let address = client_address(ip);
+        let mut open = this.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(address).or_insert(0);
+        if *count >= this.max {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot {
+            addresses: Arc::clone(this),
+            address,
+        })
+    }
+}
+
+/// What counts as one client: an IPv4 address (an IPv4-mapped IPv6 one
+/// too), or the /64 of an IPv6 address (a client is given a whole /64, and
+/// would otherwise have 2^64 addresses to spread its connections over).
+fn client_address(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from_bits(v6.to_bits() & !u128::from(u64::MAX))),
+        },
+    }
+}
+
+/// One connection's place in its address's count, given back on drop.
+#[derive(Debug)]
+struct AddressSlot {
+    addresses: Arc<Addresses>,
+    address: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .addresses
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
     }
 }
 
@@ -251,14 +387,6 @@ enum Phase {
 }
 
 impl Phase {
-    fn deadline(self) -> Option<Instant> {
-        match self {
-            Phase::Head { until } => Some(until),
-            Phase::Busy { .. } => None,
-            Phase::Idle { until } => until,
-        }
-    }
-
     fn name(self) -> &'static str {
         match self {
             Phase::Head { .. } => "header",
@@ -268,10 +396,30 @@ impl Phase {
     }
 }
 
+/// A connection's phase, once it was asked to go away the time by which
+/// it must have closed, and whether its socket is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct State {
+    phase: Phase,
+    close_by: Option<Instant>,
+    closed: bool,
+}
+
+/// Why a gRPC connection is asked to go away (HTTP/2 GOAWAY).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoAway {
+    /// No call for the idle timeout.
+    Idle,
+    /// The connection reached its maximum age.
+    Age,
+}
+
 /// A connection's phase, shared by its socket and the requests it carries.
 #[derive(Debug)]
 pub struct Clock {
-    phase: Mutex<Phase>,
+    state: Mutex<State>,
+    /// Wakes [`Clock::closed`] when the socket goes.
+    closing: Notify,
     limits: ConnectionLimits,
     protocol: Protocol,
 }
@@ -279,23 +427,28 @@ pub struct Clock {
 impl Clock {
     fn new(limits: ConnectionLimits, protocol: Protocol) -> Clock {
         Clock {
-            phase: Mutex::new(Phase::Head {
-                until: Instant::now() + limits.header_timeout,
+            state: Mutex::new(State {
+                phase: Phase::Head {
+                    until: Instant::now() + limits.header_timeout,
+                },
+                close_by: None,
+                closed: false,
             }),
+            closing: Notify::new(),
             limits,
             protocol,
         }
     }
 
-    fn with_phase<T>(&self, f: impl FnOnce(&mut Phase) -> T) -> T {
-        // The phase is a plain value: a panic elsewhere cannot leave it half-written.
-        f(&mut self.phase.lock().unwrap_or_else(PoisonError::into_inner))
+    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        // The state is a plain value: a panic elsewhere cannot leave it half-written.
+        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// A request was dispatched; the guard marks its answer.
     pub fn request_started(self: &Arc<Self>) -> RequestGuard {
-        self.with_phase(|phase| {
-            *phase = match *phase {
+        self.with_state(|state| {
+            state.phase = match state.phase {
                 Phase::Busy { requests } => Phase::Busy {
                     requests: requests + 1,
                 },
@@ -309,9 +462,9 @@ impl Clock {
 
     fn request_finished(&self) {
         let idle_timeout = self.limits.idle_timeout;
-        self.with_phase(|phase| {
-            if let Phase::Busy { requests } = *phase {
-                *phase = if requests > 1 {
+        self.with_state(|state| {
+            if let Phase::Busy { requests } = state.phase {
+                state.phase = if requests > 1 {
                     Phase::Busy {
                         requests: requests - 1,
                     }
@@ -329,17 +482,105 @@ impl Clock {
             return;
         }
         let header_timeout = self.limits.header_timeout;
-        self.with_phase(|phase| {
-            if let Phase::Idle { .. } = *phase {
-                *phase = Phase::Head {
+        self.with_state(|state| {
+            if let Phase::Idle { .. } = state.phase {
+                state.phase = Phase::Head {
                     until: Instant::now() + header_timeout,
                 };
             }
         });
     }
 
-    fn phase(&self) -> Phase {
-        self.with_phase(|phase| *phase)
+    fn state(&self) -> State {
+        self.with_state(|state| *state)
+    }
+
+    /// The deadline the socket enforces (its next read or write past it
+    /// fails), and the name of the phase it ends: the phase's own, except
+    /// for an idle gRPC connection (sent GOAWAY instead, see
+    /// [`Clock::idle_expired`]), or the time to close once asked to go away
+    /// if that comes first.
+    fn io_deadline(&self) -> Option<(Instant, &'static str)> {
+        let state = self.state();
+        let phase = match state.phase {
+            Phase::Head { until } => Some(until),
+            Phase::Busy { .. } => None,
+            Phase::Idle { until } if self.protocol == Protocol::Http1 => until,
+            Phase::Idle { .. } => None,
+        }
+        .map(|at| (at, state.phase.name()));
+        let closing = state.close_by.map(|at| (at, "closing"));
+        match (phase, closing) {
+            (Some(phase), Some(closing)) => Some(if closing.0 < phase.0 { closing } else { phase }),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// Completes once the connection has been idle (no call in flight) for
+    /// the idle timeout; never without one. For a gRPC connection, whose
+    /// server then sends GOAWAY.
+    ///
+    /// It looks at the phase at most once per idle timeout while calls are
+    /// in flight, and is not woken by them: a call costs it nothing. A
+    /// connection that goes idle at `t` was last seen busy at or before
+    /// `t`, so the look after that one, at most an idle timeout later, finds
+    /// it idle until `t` plus the idle timeout, and waits for exactly that.
+    pub async fn idle_expired(&self) {
+        let Some(idle_timeout) = self.limits.idle_timeout else {
+            return std::future::pending().await;
+        };
+        loop {
+            let next_look = match self.state().phase {
+                Phase::Idle { until: Some(until) } if until <= Instant::now() => return,
+                Phase::Idle { until: Some(until) } => until,
+                _ => Instant::now() + idle_timeout,
+            };
+            tokio::time::sleep_until(next_look).await;
+        }
+    }
+
+    /// Completes once the connection's socket is gone (closed by either
+    /// side, or failed at a deadline).
+    pub async fn closed(&self) {
+        loop {
+            // Registered before the state is read: a close in between is not missed.
+            let closing = self.closing.notified();
+            let mut closing = std::pin::pin!(closing);
+            closing.as_mut().enable();
+            if self.state().closed {
+                return;
+            }
+            closing.await;
+        }
+    }
+
+    fn socket_closed(&self) {
+        self.with_state(|state| state.closed = true);
+        self.closing.notify_waiters();
+    }
+
+    /// The connection was asked to go away (HTTP/2 GOAWAY) for `why`: it
+    /// must close within `grace`, its calls in flight answered, or its
+    /// socket fails. Counted and logged.
+    pub fn going_away(&self, why: GoAway, grace: Duration) {
+        let close_by = Instant::now() + grace;
+        self.with_state(|state| {
+            state.close_by = Some(state.close_by.map_or(close_by, |at| at.min(close_by)));
+        });
+        let listener = self.protocol.name();
+        let why = match why {
+            GoAway::Idle => {
+                metrics::counter!(
+                    "slidegate_connection_timeouts_total",
+                    "listener" => listener,
+                    "phase" => "idle"
+                )
+                .increment(1);
+                "idle"
+            }
+            GoAway::Age => "age",
+        };
+        tracing::debug!(listener, why, "asking the connection to go away");
     }
 }
 
@@ -364,6 +605,7 @@ pub struct Conn {
     timer: Pin<Box<Sleep>>,
     armed: Option<Instant>,
     _permit: OwnedSemaphorePermit,
+    _address: Option<AddressSlot>,
 }
 
 impl Conn {
@@ -371,11 +613,12 @@ impl Conn {
         stream: TcpStream,
         peer: SocketAddr,
         permit: OwnedSemaphorePermit,
+        address: Option<AddressSlot>,
         limits: ConnectionLimits,
         protocol: Protocol,
     ) -> Conn {
         let clock = Arc::new(Clock::new(limits, protocol));
-        let armed = clock.phase().deadline();
+        let armed = clock.io_deadline().map(|(at, _)| at);
         let timer = Box::pin(tokio::time::sleep_until(armed.unwrap_or_else(Instant::now)));
         Conn {
             stream,
@@ -384,6 +627,7 @@ impl Conn {
             timer,
             armed,
             _permit: permit,
+            _address: address,
         }
     }
 
@@ -402,29 +646,37 @@ impl Conn {
     /// set again here, on the connection's next read or write: every
     /// change of phase is followed by one.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        let phase = self.clock.phase();
-        let deadline = phase.deadline();
-        if deadline != self.armed {
-            if let Some(at) = deadline {
+        let deadline = self.clock.io_deadline();
+        let at = deadline.map(|(at, _)| at);
+        if at != self.armed {
+            if let Some(at) = at {
                 self.timer.as_mut().reset(at);
             }
-            self.armed = deadline;
+            self.armed = at;
         }
-        if self.armed.is_some() && self.timer.as_mut().poll(cx).is_ready() {
+        if let Some((_, phase)) = deadline
+            && self.timer.as_mut().poll(cx).is_ready()
+        {
             let listener = self.clock.protocol.name();
             metrics::counter!(
                 "slidegate_connection_timeouts_total",
                 "listener" => listener,
-                "phase" => phase.name()
+                "phase" => phase
             )
             .increment(1);
-            tracing::debug!(listener, peer = %self.peer, phase = phase.name(), "connection timed out");
+            tracing::debug!(listener, peer = %self.peer, phase, "connection timed out");
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
-                format!("the connection's {} timeout passed", phase.name()),
+                format!("the connection's {phase} timeout passed"),
             ));
         }
         Ok(())
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.clock.socket_closed();
     }
 }
 
@@ -501,7 +753,10 @@ impl Connected for Conn {
 
 /// A tower layer that marks each request dispatched and answered on its
 /// connection's [`Clock`] (found in the request's [`ConnInfo`]), and
-/// exposes the [`TcpConnectInfo`] for `tonic::Request::remote_addr`.
+/// exposes the [`TcpConnectInfo`] for `tonic::Request::remote_addr`. A
+/// request is answered once its response body has ended (or was dropped):
+/// a streaming call (the health service's `Watch`) keeps its connection
+/// busy, never idle, while its stream is open.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TrackRequests;
 
@@ -519,14 +774,14 @@ pub struct Tracked<S> {
     inner: S,
 }
 
-impl<S, B> tower::Service<http::Request<B>> for Tracked<S>
+impl<S, B, ResBody> tower::Service<http::Request<B>> for Tracked<S>
 where
-    S: tower::Service<http::Request<B>>,
+    S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
     S::Future: Send + 'static,
 {
-    type Response = S::Response;
+    type Response = http::Response<Tracking<ResBody>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -540,10 +795,43 @@ where
         });
         let answer = self.inner.call(request);
         Box::pin(async move {
-            let answer = answer.await;
-            drop(guard);
-            answer
+            let answer = answer.await?;
+            Ok(answer.map(|body| Tracking { body, guard }))
         })
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A response body that holds its request in flight until it ends.
+    pub struct Tracking<B> {
+        #[pin]
+        body: B,
+        guard: Option<RequestGuard>,
+    }
+}
+
+impl<B: hyper::body::Body> hyper::body::Body for Tracking<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
+        let this = self.project();
+        let frame = ready!(this.body.poll_frame(cx));
+        if frame.as_ref().is_none_or(Result::is_err) {
+            this.guard.take();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -554,33 +842,33 @@ mod tests {
     fn limits() -> ConnectionLimits {
         ConnectionLimits {
             max_connections: 1,
+            max_connections_per_ip: 1,
             header_timeout: Duration::from_secs(10),
             idle_timeout: Some(Duration::from_secs(60)),
         }
+    }
+
+    fn deadline(clock: &Clock) -> Option<Instant> {
+        clock.io_deadline().map(|(at, _)| at)
+    }
+
+    fn phase(clock: &Clock) -> Phase {
+        clock.state().phase
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_http_connection_moves_from_head_to_busy_to_idle_and_back() {
         let start = Instant::now();
         let clock = Arc::new(Clock::new(limits(), Protocol::Http1));
-        assert_eq!(
-            clock.phase().deadline(),
-            Some(start + Duration::from_secs(10))
-        );
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(10)));
         let guard = clock.request_started();
-        assert_eq!(clock.phase().deadline(), None);
+        assert_eq!(deadline(&clock), None);
         tokio::time::advance(Duration::from_secs(1)).await;
         drop(guard);
-        assert_eq!(
-            clock.phase().deadline(),
-            Some(start + Duration::from_secs(61))
-        );
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(61)));
         tokio::time::advance(Duration::from_secs(30)).await;
         clock.bytes_read();
-        assert_eq!(
-            clock.phase().deadline(),
-            Some(start + Duration::from_secs(41))
-        );
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(41)));
     }
 
     #[tokio::test(start_paused = true)]
@@ -590,23 +878,87 @@ mod tests {
         let second = clock.request_started();
         clock.bytes_read();
         drop(first);
-        assert_eq!(clock.phase(), Phase::Busy { requests: 1 });
+        assert_eq!(phase(&clock), Phase::Busy { requests: 1 });
         drop(second);
-        assert!(matches!(clock.phase(), Phase::Idle { until: Some(_) }));
+        assert!(matches!(phase(&clock), Phase::Idle { until: Some(_) }));
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_grpc_connection_is_bounded_only_until_its_first_call() {
-        let clock = Arc::new(Clock::new(
-            ConnectionLimits {
-                idle_timeout: None,
-                ..limits()
-            },
-            Protocol::Grpc,
-        ));
-        assert!(clock.phase().deadline().is_some());
+    async fn an_idle_grpc_connection_is_sent_away_not_cut() {
+        let start = Instant::now();
+        let clock = Arc::new(Clock::new(limits(), Protocol::Grpc));
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(10)));
         drop(clock.request_started());
+        // Reads while idle (pings) start no head; the socket has no
+        // deadline: the server sends GOAWAY when `idle_expired` completes.
         clock.bytes_read();
-        assert_eq!(clock.phase(), Phase::Idle { until: None });
+        assert_eq!(deadline(&clock), None);
+        let expired = tokio::spawn({
+            let clock = Arc::clone(&clock);
+            async move { clock.idle_expired().await }
+        });
+        tokio::time::advance(Duration::from_secs(59)).await;
+        // A call at 59 s starts the idle time again once it ends.
+        let call = clock.request_started();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        drop(call);
+        tokio::time::advance(Duration::from_secs(59)).await;
+        tokio::task::yield_now().await;
+        assert!(!expired.is_finished(), "idle 59 s after its last call");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::time::timeout(Duration::from_millis(1), expired)
+            .await
+            .expect("idle 60 s after its last call")
+            .unwrap();
+        clock.going_away(GoAway::Idle, Duration::from_secs(10));
+        assert_eq!(
+            clock.io_deadline(),
+            Some((Instant::now() + Duration::from_secs(10), "closing"))
+        );
+    }
+
+    #[test]
+    fn an_ipv6_client_counts_as_its_64() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            client_address(ip("2001:db8:1:2:aaaa::1")),
+            client_address(ip("2001:db8:1:2:bbbb::2"))
+        );
+        assert_ne!(
+            client_address(ip("2001:db8:1:2::1")),
+            client_address(ip("2001:db8:1:3::1"))
+        );
+        assert_eq!(client_address(ip("::ffff:10.0.0.1")), ip("10.0.0.1"));
+        assert_ne!(
+            client_address(ip("10.0.0.1")),
+            client_address(ip("10.0.0.2"))
+        );
+    }
+
+    #[test]
+    fn an_address_holds_at_most_its_cap_and_gives_places_back() {
+        let addresses = Arc::new(Addresses {
+            max: 2,
+            open: Mutex::new(HashMap::new()),
+        });
+        let ip = "10.0.0.1".parse().unwrap();
+        let first = Addresses::admit(&addresses, ip).unwrap();
+        let _second = Addresses::admit(&addresses, ip).unwrap();
+        assert!(Addresses::admit(&addresses, ip).is_none());
+        assert!(Addresses::admit(&addresses, "10.0.0.2".parse().unwrap()).is_some());
+        drop(first);
+        assert!(Addresses::admit(&addresses, ip).is_some());
+        drop(_second);
+        assert!(
+            addresses.open.lock().unwrap().is_empty(),
+            "an address leaves with its last connection"
+        );
+    }
+
+    #[test]
+    fn one_address_never_holds_the_whole_default_listener() {
+        assert_eq!(default_max_connections_per_ip(1024), 768);
+        assert_eq!(default_max_connections_per_ip(2), 2);
+        assert_eq!(default_max_connections_per_ip(1), 1);
     }
 }

@@ -1,6 +1,7 @@
 //! `slidegate`: the rate limit service and its command-line tools.
 
 use std::process::ExitCode;
+use std::time::Instant;
 
 use clap::Parser;
 use slidegate_server::backend::Backend;
@@ -42,12 +43,17 @@ fn main() -> ExitCode {
         }
     };
     let result = run(&runtime, cli);
-    // Sends the spans still buffered while the runtime still runs.
+    // Sends the spans still buffered while the runtime still runs, within
+    // what is left of the shutdown grace (see `Otlp::shutdown`).
     if let Some(otlp) = otlp {
-        otlp.shutdown();
+        let grace_ends = match &result {
+            Ok(Some(grace_ends)) => *grace_ends,
+            Ok(None) | Err(_) => Instant::now(),
+        };
+        otlp.shutdown(grace_ends);
     }
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(_) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
@@ -55,17 +61,18 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(runtime: &tokio::runtime::Runtime, cli: Cli) -> anyhow::Result<()> {
+/// Runs the command; for `serve`, returns when its shutdown grace ends.
+fn run(runtime: &tokio::runtime::Runtime, cli: Cli) -> anyhow::Result<Option<Instant>> {
     runtime.block_on(async {
         match cli.command {
-            Command::Serve(args) => serve::run(args).await,
-            Command::Check(args) => check::run(args).await,
+            Command::Serve(args) => serve::run(args).await.map(Some),
+            Command::Check(args) => check::run(args).await.map(|()| None),
             Command::Bench(args) => {
                 let store = match args.target {
                     Some(_) => None,
                     None => Some(Backend::connect(&args.store).await?),
                 };
-                bench::run(args, store).await.map(drop)
+                bench::run(args, store).await.map(|_| None)
             }
             Command::ValidateConfig(args) => {
                 let options = LoadOptions {
@@ -75,7 +82,7 @@ fn run(runtime: &tokio::runtime::Runtime, cli: Cli) -> anyhow::Result<()> {
                 let mut domains: Vec<&str> = config.domains().collect();
                 domains.sort_unstable();
                 println!("ok: {} domain(s): {}", domains.len(), domains.join(", "));
-                Ok(())
+                Ok(None)
             }
         }
     })

@@ -8,7 +8,8 @@
 //! | `slidegate_store_errors_total` | counter | `store`, `kind` (timeout, unavailable, full) |
 //! | `slidegate_policy_decisions_total` | counter | `policy` (deny, allow, local) |
 //! | `slidegate_config_reloads_total` | counter | `result` (ok, error, refused) |
-//! | `slidegate_connection_timeouts_total` | counter | `listener` (http, grpc), `phase` (header, idle) |
+//! | `slidegate_connection_timeouts_total` | counter | `listener` (http, grpc), `phase` (header, idle, closing) |
+//! | `slidegate_connections_refused_total` | counter | `listener` (http, grpc), `reason` (per_ip) |
 //! | `slidegate_requests_in_flight` | gauge | `protocol` (http, grpc) |
 //! | `slidegate_store_circuit_open` | gauge | `node` (the Redis node's address: one series per master) |
 //!

@@ -19,7 +19,7 @@ use tower::ServiceExt;
 use crate::backend::Backend;
 use crate::cli::ServeArgs;
 use crate::config::{LiveConfig, LoadOptions};
-use crate::grpc;
+use crate::grpc_listener;
 use crate::http::{self, AppState};
 use crate::listen::{Acceptor, Conn, ConnectionLimits, GrpcLimits, Protocol};
 
@@ -27,8 +27,10 @@ use crate::listen::{Acceptor, Conn, ConnectionLimits, GrpcLimits, Protocol};
 const RELOAD_DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Runs the service until SIGTERM or Ctrl-C, then returns once the
-/// requests in flight are answered.
-pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
+/// requests in flight are answered (within `--shutdown-grace`), with the
+/// instant the grace ends: what the process still sends on its way out
+/// (the spans of `--otlp-endpoint`) is bounded by it.
+pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
     let metrics = crate::metrics::install();
     let upkeep = tokio::spawn(crate::metrics::upkeep(metrics.clone()));
     let backend = Backend::connect(&args.store)
@@ -77,17 +79,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         rules = ?args.config,
         "slidegate is serving"
     );
-    serve_both_with(
-        http_listener,
-        grpc_listener,
-        state,
-        args.connections.limits(),
-        shutdown_signal(),
-    )
-    .await?;
+    let limits = args.connections.limits();
+    let (signalled, signal_time) = tokio::sync::oneshot::channel();
+    let signal = shutdown_signal();
+    let shutdown = async move {
+        signal.await;
+        let _ = signalled.send(std::time::Instant::now());
+    };
+    serve_both_with(http_listener, grpc_listener, state, limits, shutdown).await?;
     upkeep.abort();
     tracing::info!("slidegate stopped");
-    Ok(())
+    let stopped_at = signal_time
+        .await
+        .unwrap_or_else(|_| std::time::Instant::now());
+    Ok(stopped_at + limits.shutdown_grace)
 }
 
 /// How long a stop waits for the requests in flight by default
@@ -171,7 +176,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
     let grpc = async {
         // tonic waits for its connections without a bound: past the
         // grace, stop waiting (the process exits, which closes them).
-        let serve = grpc::serve(
+        let serve = grpc_listener::serve(
             grpc_listener,
             config,
             store,

@@ -18,6 +18,7 @@
 use std::future::Future;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
@@ -48,6 +49,11 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+/// The least time the spans still buffered get to reach the collector on a
+/// stop, when the shutdown grace has run out: a stop ends at most this long
+/// after the grace, whatever the collector does.
+pub const FLUSH_AT_LEAST: Duration = Duration::from_secs(1);
+
 /// The exporter; [`Otlp::shutdown`] flushes the spans not yet sent.
 #[derive(Debug)]
 pub struct Otlp {
@@ -55,13 +61,21 @@ pub struct Otlp {
 }
 
 impl Otlp {
-    /// Exports every span still buffered, then stops.
-    pub fn shutdown(self) {
+    /// Exports every span still buffered, then stops; waits for the
+    /// collector until `grace_ends`, or [`FLUSH_AT_LEAST`] if that is
+    /// later. A collector that does not answer by then loses those spans:
+    /// the stop must fit in the time a supervisor gives it (systemd's
+    /// `TimeoutStopSec`), which the SDK's own timeouts (5 s to flush, 5 s
+    /// more to stop, its export's 10 s) would not.
+    pub fn shutdown(self, grace_ends: Instant) {
         ENABLED.store(false, Ordering::Relaxed);
-        if let Err(error) = self.provider.force_flush() {
+        let wait = grace_ends
+            .saturating_duration_since(Instant::now())
+            .max(FLUSH_AT_LEAST);
+        // One call: the SDK's shutdown exports what is buffered first.
+        if let Err(error) = self.provider.shutdown_with_timeout(wait) {
             eprintln!("warning: cannot flush the spans to the OTLP endpoint: {error}");
         }
-        let _ = self.provider.shutdown();
     }
 }
 

@@ -393,6 +393,66 @@ async fn wrong_methods_get_a_json_405_with_allow() {
 }
 
 #[tokio::test]
+async fn every_answer_tells_browsers_not_to_sniff_its_type() {
+    let server = TestServer::full(slidegate_server::http::AppState::new(MemoryStore::new())).await;
+    let json = [("content-type", "application/json")];
+    let check = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
+    /// A request: method, path, header fields, body.
+    type Case<'a> = (Method, &'a str, &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case<'_>; 17] = [
+        (
+            Method::POST,
+            "/v1/acquire",
+            &json,
+            r#"{"key":"k","limit":1,"window_ms":1000}"#,
+        ),
+        (
+            Method::POST,
+            "/v1/acquire",
+            &json,
+            r#"{"key":"k","limit":1,"window_ms":1000}"#,
+        ),
+        (Method::POST, "/v1/acquire", &json, r#"{"key":"k"}"#),
+        (Method::POST, "/v1/check", &json, check),
+        (Method::POST, "/json", &json, check),
+        (Method::GET, "/v1/keys/k?limit=1&window_ms=1000", &[], ""),
+        (Method::DELETE, "/v1/keys/k", &[], ""),
+        (Method::GET, "/healthz", &[], ""),
+        (Method::GET, "/readyz", &[], ""),
+        (Method::GET, "/metrics", &[], ""),
+        (Method::GET, "/ui", &[], ""),
+        (Method::GET, "/ui/app.js", &[], ""),
+        (Method::GET, "/v1/stats", &[], ""),
+        (Method::GET, "/v1/config", &[], ""),
+        (Method::GET, "/nope", &[], ""),
+        (Method::GET, "/v1/acquire", &[], ""),
+        (
+            Method::POST,
+            "/v1/acquire",
+            &[("content-type", "text/html")],
+            "<p>",
+        ),
+    ];
+    let mut statuses = Vec::new();
+    for (method, path, headers, body) in cases {
+        let reply = server
+            .request(method.clone(), path, headers, body.as_bytes().to_vec())
+            .await;
+        assert_eq!(
+            reply.header("x-content-type-options"),
+            Some("nosniff"),
+            "{method} {path}: {}",
+            reply.status
+        );
+        statuses.push(reply.status.as_u16());
+    }
+    // Answers of every kind: allowed, denied, bad input, refused, missing.
+    for status in [200, 429, 400, 403, 404, 405, 415] {
+        assert!(statuses.contains(&status), "no {status} in {statuses:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_body_without_json_content_type_gets_a_json_415() {
     let server = TestServer::memory().await;
     let body = acquire_body("k", 1, 1000).into_bytes();

@@ -247,3 +247,151 @@ async fn a_login_is_locked_out_after_its_fifth_attempt_on_memory() {
 async fn a_login_is_locked_out_after_its_fifth_attempt_on_redis() {
     a_login_is_locked_out_after_its_fifth_attempt(StoreKind::Redis).await;
 }
+
+/// A report above the largest cost (10^12) is recorded as that ceiling,
+/// never dropped: after it, the counter is as used up as after a report of
+/// 150 (denied, nothing remaining, until the report leaves the window).
+/// Over gRPC with a descriptor's `hits_addend` of 10^13 and 2^64 - 1, and
+/// over `/v1/check` with the request's `hitsAddend` of 10^13 and a
+/// descriptor's of 2^64 - 1.
+async fn a_report_over_the_ceiling_is_recorded_up_to_it(kind: StoreKind) {
+    let server = server(kind).await;
+    let addr = server.grpc_addr.expect("a gRPC listener");
+    let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("a gRPC client");
+    let mut grpc = async |user: &str, descriptor_hits: Option<u64>| {
+        let mut request = request("tokens", user, 0);
+        request.descriptors[0].hits_addend =
+            descriptor_hits.map(|value| envoy_types::pb::google::protobuf::UInt64Value { value });
+        client
+            .should_rate_limit(request)
+            .await
+            .expect("an answer")
+            .into_inner()
+    };
+    for (user, hits) in [("small", 150), ("huge", 10_u64.pow(13)), ("max", u64::MAX)] {
+        let report = grpc(user, Some(hits)).await;
+        assert_eq!(report.overall_code, 2, "{user}: {report:?}");
+        let after = grpc(user, None).await;
+        assert_eq!(
+            (after.overall_code, after.statuses[0].limit_remaining),
+            (2, 0),
+            "{user}: the report of {hits} was recorded: {after:?}"
+        );
+        let reset = until_reset(&after);
+        assert!(
+            reset > Duration::from_secs(58) && reset <= Duration::from_secs(61),
+            "{user}: denied until the report leaves the window: {reset:?}"
+        );
+    }
+
+    let check = |user: &str, request_hits: &str, descriptor_hits: Option<&str>| {
+        let mut descriptor = json!({"entries": [{"key": "tokens", "value": user}]});
+        if let Some(hits) = descriptor_hits {
+            descriptor["hitsAddend"] = hits.into();
+        }
+        json!({"domain": "api", "descriptors": [descriptor], "hitsAddend": request_hits})
+            .to_string()
+    };
+    for (user, request_hits, descriptor_hits) in [
+        ("http-huge", "10000000000000", None),
+        ("http-max", "0", Some("18446744073709551615")),
+    ] {
+        let report = server
+            .post_json("/v1/check", &check(user, request_hits, descriptor_hits))
+            .await;
+        assert_eq!(report.status, StatusCode::TOO_MANY_REQUESTS, "{user}");
+        let after = server
+            .post_json("/v1/check", &check(user, "0", None))
+            .await
+            .json();
+        assert_eq!(after["overallCode"], "OVER_LIMIT", "{user}: {after}");
+        assert_eq!(after["statuses"][0]["limitRemaining"], 0, "{user}: {after}");
+    }
+}
+
+#[tokio::test]
+async fn a_report_over_the_ceiling_is_recorded_up_to_it_on_memory() {
+    a_report_over_the_ceiling_is_recorded_up_to_it(StoreKind::Memory).await;
+}
+
+#[tokio::test]
+async fn a_report_over_the_ceiling_is_recorded_up_to_it_on_redis() {
+    a_report_over_the_ceiling_is_recorded_up_to_it(StoreKind::Redis).await;
+}
+
+/// Two clients of one key and limit, one locking out for 60 s, the other
+/// for a day (`"block_ms"`): one lockout runs per key and limit, the first
+/// started wins, and every request with a lockout, of any length, sees it
+/// until it ends. A request without one sees the window only.
+async fn the_first_lockout_started_holds_every_client_with_one(kind: StoreKind) {
+    const MINUTE_MS: u64 = 60_000;
+    const DAY_MS: u64 = 86_400_000;
+    let server = server(kind).await;
+    let ask = |key: &str, block_ms: Option<u64>| {
+        let mut body = json!({"key": key, "limit": 1, "window_ms": MINUTE_MS});
+        if let Some(block_ms) = block_ms {
+            body["block_ms"] = block_ms.into();
+        }
+        body
+    };
+    let retry = async |key: &str, block_ms: Option<u64>| {
+        let (status, body) = acquire(&server, ask(key, block_ms)).await;
+        assert_eq!(
+            status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{key} {block_ms:?}: {body}"
+        );
+        body["retry_after_ms"].as_u64().expect("retry_after_ms")
+    };
+    let about = |ms: u64, expected: u64| ms <= expected && ms + 2_000 >= expected;
+
+    // The day's lockout starts first: the minute's client is held a day.
+    assert_eq!(
+        acquire(&server, ask("day-first", Some(MINUTE_MS))).await.0,
+        StatusCode::OK
+    );
+    let day = retry("day-first", Some(DAY_MS)).await;
+    assert!(
+        about(day, DAY_MS),
+        "the denial starts the day's lockout: {day} ms"
+    );
+    let held = retry("day-first", Some(MINUTE_MS)).await;
+    assert!(
+        about(held, DAY_MS),
+        "a client locking out for a minute is held by the day's lockout: {held} ms"
+    );
+    let plain = retry("day-first", None).await;
+    assert!(
+        about(plain, MINUTE_MS),
+        "without a lockout, the window: {plain} ms"
+    );
+
+    // The minute's lockout starts first: a day's client does not extend it.
+    assert_eq!(
+        acquire(&server, ask("minute-first", Some(MINUTE_MS)))
+            .await
+            .0,
+        StatusCode::OK
+    );
+    let minute = retry("minute-first", Some(MINUTE_MS)).await;
+    assert!(about(minute, MINUTE_MS), "{minute} ms");
+    let not_extended = retry("minute-first", Some(DAY_MS)).await;
+    assert!(
+        about(not_extended, MINUTE_MS),
+        "a running lockout is neither replaced nor extended by a longer one: {not_extended} ms"
+    );
+    let still = retry("minute-first", Some(MINUTE_MS)).await;
+    assert!(about(still, MINUTE_MS), "{still} ms");
+}
+
+#[tokio::test]
+async fn the_first_lockout_started_holds_every_client_with_one_on_memory() {
+    the_first_lockout_started_holds_every_client_with_one(StoreKind::Memory).await;
+}
+
+#[tokio::test]
+async fn the_first_lockout_started_holds_every_client_with_one_on_redis() {
+    the_first_lockout_started_holds_every_client_with_one(StoreKind::Redis).await;
+}

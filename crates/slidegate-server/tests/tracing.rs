@@ -124,14 +124,19 @@ struct Server {
 
 impl Server {
     fn start(rules: &std::path::Path, collector: SocketAddr, max_keys: usize) -> Server {
+        Server::start_with(rules, collector, &["--max-keys", &max_keys.to_string()])
+    }
+
+    /// `slidegate serve ARGS` exporting to `collector`, on the memory store.
+    fn start_with(rules: &std::path::Path, collector: SocketAddr, args: &[&str]) -> Server {
         let mut child = Command::new(BINARY)
             .arg("serve")
             .args(["--otlp-endpoint", &format!("http://{collector}")])
+            .args(args)
             .env("SLIDEGATE_HTTP_ADDR", "127.0.0.1:0")
             .env("SLIDEGATE_GRPC_ADDR", "127.0.0.1:0")
             .env("SLIDEGATE_LOG_FORMAT", "json")
             .env("SLIDEGATE_STORE", "memory")
-            .env("SLIDEGATE_MAX_KEYS", max_keys.to_string())
             .env("SLIDEGATE_CONFIG", rules)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -322,4 +327,79 @@ async fn decisions_and_store_calls_are_exported_as_spans_of_the_callers_trace() 
         .collect();
     assert_eq!(fallback.len(), 1, "{outcomes:?}");
     assert_eq!(fallback[0].attributes["degraded"], "true");
+}
+
+/// A collector that accepts connections and never answers: it holds each
+/// one open, reading nothing, for as long as the test runs.
+fn black_hole() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { break };
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// With `--shutdown-grace 2s` and a collector that never answers, a
+/// SIGTERM ends the process within the grace plus the one second the spans
+/// still buffered may take past it (`tracing_otlp::FLUSH_AT_LEAST`),
+/// even when a stalled request keeps the stop waiting the whole grace
+/// first (before: exit 10 s after the servers stopped, a 5 s flush timeout
+/// twice).
+#[test]
+fn sigterm_exits_within_the_grace_and_a_second_when_the_collector_never_answers() {
+    const GRACE: Duration = Duration::from_secs(2);
+    const FLUSH_AT_LEAST: Duration = Duration::from_secs(1);
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("traced.yaml");
+    std::fs::write(&rules, RULES).unwrap();
+    let collector = black_hole();
+    let mut server = Server::start_with(&rules, collector, &["--shutdown-grace", "2s"]);
+    // Spans to flush: one decision; then a request whose body never comes,
+    // which holds the stop for the whole grace.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(http_check(
+        server.http,
+        "alice",
+        &format!("00-{HTTP_TRACE}-{HTTP_PARENT}-01"),
+    ));
+    let mut stalled = std::net::TcpStream::connect(server.http).unwrap();
+    std::io::Write::write_all(
+        &mut stalled,
+        b"POST /v1/check HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let signalled = std::time::Instant::now();
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status();
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            signalled.elapsed() < Duration::from_secs(30),
+            "still running 30 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = signalled.elapsed();
+    eprintln!("exit {status} {took:?} after SIGTERM (grace {GRACE:?})");
+    assert!(status.success(), "{status}");
+    // The stalled request holds the stop for the grace: not earlier.
+    assert!(took >= GRACE, "{took:?}");
+    // Process exit and a loaded machine: a second of slack, far below the
+    // 10 s the flush took before.
+    let bound = GRACE + FLUSH_AT_LEAST + Duration::from_secs(1);
+    assert!(
+        took < bound,
+        "exited {took:?} after SIGTERM, past the grace and the flush ({bound:?})"
+    );
+    drop(stalled);
 }

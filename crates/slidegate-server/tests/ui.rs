@@ -60,10 +60,13 @@ async fn token_server() -> TestServer {
     TestServer::full(state).await
 }
 
+/// The routes that show client data or the server's files.
+const ADMIN_READS: [&str; 3] = ["/ui", "/v1/stats", "/v1/config"];
+
 #[tokio::test]
-async fn with_an_admin_token_the_page_and_stats_refuse_a_request_without_it() {
+async fn with_an_admin_token_the_page_stats_and_config_refuse_a_request_without_it() {
     let server = token_server().await;
-    for path in ["/ui", "/v1/stats"] {
+    for path in ADMIN_READS {
         let reply = server.get(path).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{path}");
         assert_eq!(reply.error_code(), "unauthorized");
@@ -83,28 +86,32 @@ async fn with_an_admin_token_the_page_and_stats_refuse_a_request_without_it() {
 #[tokio::test]
 async fn with_an_admin_token_a_wrong_one_is_forbidden_as_bearer_or_basic() {
     let server = token_server().await;
-    for auth in [
-        "Bearer nope".to_owned(),
-        basic("admin:nope"),
-        basic("garbage"),
-    ] {
-        let reply = server
-            .request(
-                Method::GET,
-                "/v1/stats",
-                &[("authorization", &auth)],
-                vec![],
-            )
-            .await;
-        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{auth}");
-        assert_eq!(reply.error_code(), "forbidden");
+    for path in ADMIN_READS {
+        for auth in [
+            "Bearer nope".to_owned(),
+            basic("admin:nope"),
+            basic("garbage"),
+        ] {
+            let reply = server
+                .request(Method::GET, path, &[("authorization", &auth)], vec![])
+                .await;
+            assert_eq!(reply.status, StatusCode::FORBIDDEN, "{path} {auth}");
+            assert_eq!(reply.error_code(), "forbidden");
+        }
     }
 }
 
 #[tokio::test]
 async fn with_an_admin_token_bearer_or_basic_password_opens_the_page_and_stats() {
     let server = token_server().await;
-    for auth in ["Bearer s3cret".to_owned(), basic("anyone:s3cret")] {
+    for auth in [
+        "Bearer s3cret".to_owned(),
+        basic("anyone:s3cret"),
+        // The scheme's name is case-insensitive (RFC 9110, 11.1).
+        "bearer s3cret".to_owned(),
+        "BEARER s3cret".to_owned(),
+        basic("anyone:s3cret").replace("Basic", "basic"),
+    ] {
         let page = server
             .request(Method::GET, "/ui", &[("authorization", &auth)], vec![])
             .await;
@@ -119,7 +126,54 @@ async fn with_an_admin_token_bearer_or_basic_password_opens_the_page_and_stats()
             .await;
         assert_eq!(stats.status, StatusCode::OK, "{auth}");
         assert!(stats.json()["top_denied"].is_array());
+        let config = server
+            .request(
+                Method::GET,
+                "/v1/config",
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!(config.status, StatusCode::OK, "{auth}");
+        assert!(config.json()["domains"].is_array());
     }
+}
+
+#[tokio::test]
+async fn with_an_admin_token_the_key_routes_take_the_scheme_in_any_case() {
+    let server = token_server().await;
+    let body = r#"{"key":"k","limit":1,"window_ms":60000}"#;
+    assert_eq!(
+        server.post_json("/v1/acquire", body).await.status,
+        StatusCode::OK
+    );
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let auth = format!("{scheme} s3cret");
+        let peek = server
+            .request(
+                Method::GET,
+                "/v1/keys/k?limit=1&window_ms=60000",
+                &[("authorization", &auth)],
+                vec![],
+            )
+            .await;
+        assert_eq!(peek.status, StatusCode::OK, "{auth}");
+        assert_eq!(peek.json()["remaining"], 0, "{auth}");
+    }
+    let reset = server
+        .request(
+            Method::DELETE,
+            "/v1/keys/k",
+            &[("authorization", "bearer s3cret")],
+            vec![],
+        )
+        .await;
+    assert_eq!(reset.status, StatusCode::OK);
+    assert_eq!(
+        server.post_json("/v1/acquire", body).await.status,
+        StatusCode::OK,
+        "the key was reset"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,8 @@
 //! The layer every API request goes through: it counts the request in
-//! flight and gives a bare error response of the framework (404, 405, 408,
-//! 413, 415) the API's JSON error body.
+//! flight, gives a bare error response of the framework (404, 405, 408,
+//! 413, 415) the API's JSON error body, and marks every answer
+//! `X-Content-Type-Options: nosniff`, so that a browser never reads client
+//! data in a JSON or text answer as HTML or script.
 //!
 //! One small service whose future wraps the inner one: axum's `from_fn`
 //! and `map_response` would each clone the inner service and box a future
@@ -12,14 +14,16 @@ use std::task::{Context, Poll, ready};
 
 use axum::extract::Request;
 use axum::response::Response;
+use http::HeaderValue;
+use http::header::X_CONTENT_TYPE_OPTIONS;
 use pin_project_lite::pin_project;
 use tower::{Layer, Service};
 
 use super::error::json_errors;
 use crate::metrics::{InFlight, Protocol};
 
-/// Counts each API request in flight and gives the framework's bare
-/// error responses the API's JSON error body.
+/// Counts each API request in flight, gives the framework's bare error
+/// responses the API's JSON error body, and marks every answer `nosniff`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ApiLayer;
 
@@ -76,6 +80,10 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let response = ready!(self.project().inner.poll(cx))?;
-        Poll::Ready(Ok(json_errors(response)))
+        let mut response = json_errors(response);
+        response
+            .headers_mut()
+            .insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        Poll::Ready(Ok(response))
     }
 }

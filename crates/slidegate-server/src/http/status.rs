@@ -4,20 +4,19 @@
 //! polls `/v1/stats` and `/v1/config` and writes client data (keys) with
 //! `textContent` only.
 //!
-//! Keys are client data: with an admin token set, `/ui` and `/v1/stats`
-//! answer only requests carrying it, as `Authorization: Bearer TOKEN` or as
-//! the password of HTTP Basic authentication (any user name), which a
-//! browser asks for and then sends with the page's own requests.
+//! Keys are client data, and the config names the server's files: with an
+//! admin token set, `/ui`, `/v1/stats` and `/v1/config` answer only
+//! requests carrying it (see `http/auth.rs`), which a browser asks
+//! for and then sends with the page's own requests.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE, WWW_AUTHENTICATE};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderMap, HeaderValue};
 
-use super::{ApiError, AppState, ErrorCode, admin};
+use super::auth::{self, Challenge};
+use super::{ApiError, AppState, ErrorCode};
 
 const INDEX_HTML: &str = include_str!("../ui/index.html");
 const APP_JS: &str = include_str!("../ui/app.js");
@@ -63,18 +62,19 @@ pub(super) async fn stats<S>(State(state): State<AppState<S>>, headers: HeaderMa
 }
 
 /// `GET /v1/config`: the rules in force.
-pub(super) async fn config<S>(State(state): State<AppState<S>>) -> Response {
+pub(super) async fn config<S>(State(state): State<AppState<S>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = refusal(&state, &headers) {
+        return refused;
+    }
     no_store(Json(state.config.load().to_json()).into_response())
 }
 
 fn static_file(body: &'static str, content_type: &'static str) -> Response {
     let mut response = body.into_response();
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
-    headers.insert(
-        "x-content-type-options",
-        HeaderValue::from_static("nosniff"),
-    );
+    // `nosniff` is set on every answer, by the API's layer.
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 
@@ -85,40 +85,8 @@ fn no_store(mut response: Response) -> Response {
     response
 }
 
-/// `None` when no admin token is set or the request carries it (Bearer,
-/// or Basic with it as the password); otherwise the answer to give.
+/// `None` when no admin token is set or the request carries it;
+/// otherwise the answer to give.
 fn refusal<S>(state: &AppState<S>, headers: &HeaderMap) -> Option<Response> {
-    let token = state.admin_token.as_deref()?;
-    let basic = headers
-        .get(AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Basic "));
-    let Some(basic) = basic else {
-        let mut refused = admin::refusal(token, headers)?;
-        if refused.status() == StatusCode::UNAUTHORIZED {
-            // A browser asks for Basic credentials; other clients may use
-            // Bearer.
-            refused.headers_mut().insert(
-                WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"slidegate\", charset=\"UTF-8\""),
-            );
-            refused
-                .headers_mut()
-                .append(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-        }
-        return Some(refused);
-    };
-    let password = STANDARD
-        .decode(basic.trim())
-        .ok()
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .and_then(|pair| pair.split_once(':').map(|(_, p)| p.to_owned()));
-    let mut bearer = HeaderMap::new();
-    if let Some(password) = password
-        && let Ok(value) = HeaderValue::from_str(&format!("Bearer {password}"))
-    {
-        bearer.insert(AUTHORIZATION, value);
-    }
-    admin::refusal(token, &bearer)
-        .map(|_| ApiError::new(ErrorCode::Forbidden, "wrong admin token").into_response())
+    auth::refusal(state.admin_token.as_deref()?, headers, Challenge::Browser)
 }

@@ -8,6 +8,13 @@
 //! denies (see the Redis store's cross-slot decisions). Shadow-mode
 //! and quota-mode limits are counted when the request passes and they have
 //! room, and never deny it.
+//!
+//! A cost above what one decision may ask of a counter ([`Rule::max_cost`])
+//! is over the limit whatever the state, and nothing is counted; under a
+//! limit that reports usage it is recorded as that ceiling (10^12, more
+//! than any limit) instead: Envoy sends a report once the response is done
+//! and acts on no answer, so a report refused, or dropped, would leave a
+//! client that used more with more quota than one that used less.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -169,6 +176,17 @@ impl Planned<'_> {
         self.limit.shadow_mode || self.limit.quota_mode
     }
 
+    /// Bounds the cost under `rule`, after `before` units asked by earlier
+    /// descriptors of the request on the same counter.
+    fn bound_cost(&mut self, rule: Rule, before: u64) {
+        let left = rule.max_cost().saturating_sub(before);
+        if rule.reports() {
+            self.cost = self.cost.min(left);
+        } else {
+            self.too_costly = self.cost > left;
+        }
+    }
+
     /// Over the limit before any counting: blocked, or asking too much.
     fn over_regardless(&self) -> bool {
         self.too_costly || self.limit.enforcement == Enforcement::Blocked
@@ -227,7 +245,7 @@ pub async fn check<S: Store>(
         plans.push(plan(config, &request.domain, i, descriptor, cost)?);
     }
     drop_replaced(&mut plans);
-    mark_too_costly(&mut plans);
+    bound_costs(&mut plans);
 
     // A hard limit that is over whatever the state vetoes the request:
     // nothing is counted, the others only report their state.
@@ -405,37 +423,42 @@ fn drop_replaced(plans: &mut [Option<Planned<'_>>]) {
     }
 }
 
-/// Marks descriptors whose cost, added to earlier ones on the same counter
-/// and rule, exceeds the limit.
-fn mark_too_costly(plans: &mut [Option<Planned<'_>>]) {
+/// Bounds each descriptor's cost, added to the costs of earlier ones on
+/// the same counter and rule, by the rule's [`Rule::max_cost`]: a report is
+/// cut to what is left under it (saturating: a larger report never counts
+/// for less), any other cost past it is marked too costly.
+fn bound_costs(plans: &mut [Option<Planned<'_>>]) {
     if plans.len() <= SCAN_UP_TO {
         for i in 0..plans.len() {
             let (earlier, rest) = plans.split_at_mut(i);
             let Some(p) = &mut rest[0] else { continue };
             let Some(rule) = p.rule() else { continue };
-            let sum = earlier
+            let before = earlier
                 .iter()
                 .flatten()
                 .filter(|e| e.rule() == Some(rule) && e.key == p.key)
-                .fold(p.cost, |sum, e| sum.saturating_add(e.cost));
-            p.too_costly = sum > rule.max_cost();
+                .fold(0, |sum: u64, e| sum.saturating_add(e.cost));
+            p.bound_cost(rule, before);
         }
         return;
     }
-    let mut before: HashMap<(&str, Rule), u64> = HashMap::with_capacity(plans.len());
-    let too_costly: Vec<bool> = plans
+    // The sums run over the costs as asked: a report cut to what is left
+    // leaves nothing either way.
+    let mut sums: HashMap<(&str, Rule), u64> = HashMap::with_capacity(plans.len());
+    let before: Vec<Option<(Rule, u64)>> = plans
         .iter()
         .map(|plan| {
-            let Some(p) = plan else { return false };
-            let Some(rule) = p.rule() else { return false };
-            let sum = before.entry((p.key.as_str(), rule)).or_insert(0);
+            let p = plan.as_ref()?;
+            let rule = p.rule()?;
+            let sum = sums.entry((p.key.as_str(), rule)).or_insert(0);
+            let before = *sum;
             *sum = sum.saturating_add(p.cost);
-            *sum > rule.max_cost()
+            Some((rule, before))
         })
         .collect();
-    for (plan, too_costly) in plans.iter_mut().zip(too_costly) {
-        if let Some(p) = plan {
-            p.too_costly = too_costly;
+    for (plan, before) in plans.iter_mut().zip(before) {
+        if let (Some(p), Some((rule, before))) = (plan, before) {
+            p.bound_cost(rule, before);
         }
     }
 }

@@ -352,3 +352,34 @@ async fn an_override_in_a_domain_not_configured_applies_no_limit() {
     }
     assert!(s.is_empty(), "no counter was created");
 }
+
+/// Reports on one counter, together far above the ceiling, are recorded up
+/// to it in one decision, whether the request's descriptors are compared by
+/// scanning (few) or by hashing (many): no error, and the counter used up.
+#[tokio::test]
+async fn reports_of_one_request_are_cut_to_the_ceiling_together() {
+    let c = config(
+        "domain: d\ndescriptors:\n  - key: tokens\n    rate_limit: {unit: minute, requests_per_unit: 100, report: true}\n",
+    );
+    for count in [3, SCAN_UP_TO + 4] {
+        let s = MemoryStore::new();
+        let mut report = descriptor(&[("tokens", "ana")]);
+        report.hits_addend = Some(Rate::MAX_LIMIT / 2 + 1);
+        let r = check(&c, &s, &request("d", vec![report; count]))
+            .await
+            .expect("reports past the ceiling are recorded, not refused");
+        assert_eq!(r.overall, Code::OverLimit, "{count} reports");
+        let after = check(
+            &c,
+            &s,
+            &request("d", vec![descriptor(&[("tokens", "ana")])]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (after.overall, after.statuses[0].limit_remaining),
+            (Code::OverLimit, 0),
+            "{count} reports"
+        );
+    }
+}
