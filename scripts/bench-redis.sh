@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Redis measurements of issue 3: slidegate's Redis store against the
+# The Redis measurements: slidegate's Redis store against the
 # seeds' sorted-set script (crates/slidegate/benches/seed_sliding_window.lua),
 # on one local redis-server started (and stopped) by this script, in one run.
 #
