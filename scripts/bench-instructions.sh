@@ -8,7 +8,10 @@
 #   scripts/bench-instructions.sh OLD_BINARY NEW_BINARY
 #
 # Environment: REQUESTS_SECONDS (default 10), KEYS (default 10000),
-# CONNECTIONS (default 8), CASES (default "should-rate-limit acquire").
+# CONNECTIONS (default 8), CASES (default "should-rate-limit acquire"),
+# STORE (`memory`, the default, or `redis`: a redis-server of the
+# script's own, emptied before each server starts; its own instructions
+# are not counted, only the server's).
 set -euo pipefail
 [ $# = 2 ] || { echo "usage: $0 OLD_BINARY NEW_BINARY" >&2; exit 2; }
 command -v valgrind >/dev/null || { echo "bench-instructions: valgrind is not installed" >&2; exit 1; }
@@ -18,10 +21,13 @@ SECONDS_PER_RUN=${REQUESTS_SECONDS:-10}
 KEYS=${KEYS:-10000}
 CONNECTIONS=${CONNECTIONS:-8}
 CASES=${CASES:-should-rate-limit acquire}
+STORE_KIND=${STORE:-memory}
 WORK=$(mktemp -d)
 PID=
+REDIS_PID=
 cleanup() {
   [ -n "$PID" ] && kill "$PID" 2>/dev/null || true
+  [ -n "$REDIS_PID" ] && kill "$REDIS_PID" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$WORK"
 }
@@ -39,7 +45,26 @@ YAML
 # shellcheck source=scripts/lib/ports.sh
 source "$(dirname "$0")/lib/ports.sh"
 
-echo "| case | A instructions/request | B instructions/request | B/A |"
+case $STORE_KIND in
+  memory) STORE_URL=memory ;;
+  redis)
+    for tool in redis-server redis-cli; do
+      command -v "$tool" >/dev/null || { echo "bench-instructions: $tool is not installed" >&2; exit 1; }
+    done
+    REDIS_PORT=$(free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+      >"$WORK/redis.log" 2>&1 &
+    REDIS_PID=$!
+    wait_port "$REDIS_PORT"
+    STORE_URL=redis://127.0.0.1:$REDIS_PORT
+    ;;
+  *)
+    echo "bench-instructions: STORE must be memory or redis, got $STORE_KIND" >&2
+    exit 2
+    ;;
+esac
+
+echo "| case ($STORE_KIND) | A instructions/request | B instructions/request | B/A |"
 echo "|---|---|---|---|"
 for case in $CASES; do
   declare -A IR=()
@@ -49,8 +74,10 @@ for case in $CASES; do
     http=$(free_port)
     grpc=$(free_port)
     out="$WORK/callgrind.$side.$case"
+    # Every server starts from an empty store.
+    [ -n "$REDIS_PID" ] && redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
     valgrind --tool=callgrind --callgrind-out-file="$out" \
-      "$binary" serve --store memory --config "$WORK/bench.yaml" \
+      "$binary" serve --store "$STORE_URL" --config "$WORK/bench.yaml" \
       --http-addr "127.0.0.1:$http" --grpc-addr "127.0.0.1:$grpc" >"$WORK/serve.log" 2>&1 &
     PID=$!
     # Under valgrind a server takes a while to listen.

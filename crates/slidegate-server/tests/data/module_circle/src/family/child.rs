@@ -1,0 +1,5 @@
+use super::Parent;
+
+pub struct Child;
+
+impl Parent for Child {}

@@ -1,0 +1,5 @@
+mod child;
+
+pub use child::Child;
+
+pub trait Parent {}

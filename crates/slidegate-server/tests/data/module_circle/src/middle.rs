@@ -1,0 +1,7 @@
+pub struct Middle;
+
+impl Middle {
+    pub fn back(&self) -> crate::back::Back {
+        crate::back::Back
+    }
+}

@@ -1,0 +1,3 @@
+use crate::middle::Middle;
+
+pub struct Ring(pub Middle);
