@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use slidegate_server::config::{LoadOptions, RateLimitConfig};
+use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

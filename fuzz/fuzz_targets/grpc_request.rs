@@ -11,8 +11,9 @@ use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use slidegate::MemoryStore;
 use slidegate_server::bounds::Bounds;
-use slidegate_server::config::{LoadOptions, RateLimitConfig};
-use slidegate_server::{grpc, service};
+use slidegate_server::rules::{LoadOptions, RateLimitConfig};
+use slidegate_server::api::envoy::proto as grpc;
+use slidegate_server::limiter::check as service;
 
 /// Every kind of limit: per value, wildcard, shared, nested, replaced,
 /// shadow, quota, detailed, unlimited, blocked.

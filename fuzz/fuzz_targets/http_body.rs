@@ -4,8 +4,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use slidegate_server::bounds::Bounds;
-use slidegate_server::check_json::RateLimitRequestJson;
-use slidegate_server::http::request::parse_acquire;
+use slidegate_server::api::envoy::json::RateLimitRequestJson;
+use slidegate_server::api::http::request::parse_acquire;
 
 fuzz_target!(|data: &[u8]| {
     let _ = parse_acquire(data, &Bounds::default());

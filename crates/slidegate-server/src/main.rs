@@ -4,10 +4,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
-use slidegate_server::backend::Backend;
 use slidegate_server::cli::{Cli, Command};
-use slidegate_server::config::{LoadOptions, RateLimitConfig};
-use slidegate_server::{bench, check, logging, serve};
+use slidegate_server::commands::{bench, check, serve};
+use slidegate_server::rules::{LoadOptions, RateLimitConfig};
+use slidegate_server::store::backend::Backend;
+use slidegate_server::telemetry::logging;
 
 /// mimalloc: a request allocates a few dozen short-lived blocks (hyper's,
 /// tonic's, prost's, the decision's), which glibc's allocator serves at

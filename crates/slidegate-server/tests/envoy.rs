@@ -21,11 +21,11 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use slidegate::store::resilient::FailurePolicy;
-use slidegate_server::backend::{Backend, StoreUrl};
-use slidegate_server::config::{LiveConfig, LoadOptions};
-use slidegate_server::grpc::DEGRADED_METADATA;
-use slidegate_server::http::AppState;
-use slidegate_server::response_headers::ResponseHeaders;
+use slidegate_server::api::envoy::headers::ResponseHeaders;
+use slidegate_server::api::envoy::proto::DEGRADED_METADATA;
+use slidegate_server::api::http::AppState;
+use slidegate_server::rules::{LiveConfig, LoadOptions};
+use slidegate_server::store::backend::{Backend, StoreUrl};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
@@ -57,7 +57,7 @@ async fn serve(backend: Backend, rules: &LiveConfig) -> TestServer {
     let state = AppState::new(backend)
         .with_config(rules.current())
         .with_admin_token(Some("s3cret".into()))
-        .with_metrics(slidegate_server::metrics::install());
+        .with_metrics(slidegate_server::telemetry::metrics::install());
     TestServer::full(state).await
 }
 

@@ -123,7 +123,7 @@ async fn a_dead_master_degrades_only_its_own_keys() {
             let key = format!("node-key:{i}");
             // The server keeps ad-hoc keys in a key space of their own: the
             // slot is that of the stored key.
-            let stored = slidegate_server::keyspace::adhoc_key(&key).expect("a valid key");
+            let stored = slidegate_server::keys::adhoc_key(&key).expect("a valid key");
             let master = cluster.master_of(key_slot(&stored)).expect("a master");
             (key, master)
         })

@@ -354,7 +354,7 @@ async fn clients_that_give_up_never_keep_the_circuit_open() {
                     Ok(Ok(response)) => {
                         let degraded = response
                             .metadata()
-                            .get(slidegate_server::grpc::DEGRADED_METADATA)
+                            .get(slidegate_server::api::envoy::proto::DEGRADED_METADATA)
                             .is_some_and(|v| v == "true");
                         if degraded {
                             Impatient::Degraded
@@ -470,7 +470,7 @@ async fn a_foreign_value_at_one_key_is_that_keys_error_not_an_outage() {
     let (list, text) = ("foreign:list", "foreign:text");
     // The server keeps ad-hoc keys in a key space of their own.
     let stored = |key: &str| {
-        let key = slidegate_server::keyspace::adhoc_key(key).expect("a valid key");
+        let key = slidegate_server::keys::adhoc_key(key).expect("a valid key");
         names.state_key(&key, rule)
     };
     redis.text(&["RPUSH", &stored(list), "another application's"]);
@@ -578,7 +578,7 @@ async fn a_foreign_value_at_a_descriptors_counter_is_failed_precondition_over_gr
     assert!(
         other
             .metadata()
-            .get(slidegate_server::grpc::DEGRADED_METADATA)
+            .get(slidegate_server::api::envoy::proto::DEGRADED_METADATA)
             .is_none()
     );
     assert_eq!(other.into_inner().overall_code, 1, "OK");

@@ -16,8 +16,8 @@ use std::time::Instant;
 use common::redis::free_port;
 use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{MemoryStore, Rule, Store};
-use slidegate_server::backend::{Backend, StoreUrl};
 use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
+use slidegate_server::store::backend::{Backend, StoreUrl};
 
 const KEYS: u64 = 1_000_000;
 /// `--max-keys` of the flood.

@@ -8,11 +8,12 @@ use std::path::PathBuf;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use prost::Message;
 use slidegate::{MemoryStore, Rate};
+use slidegate_server::api::envoy::json::RateLimitRequestJson;
+use slidegate_server::api::envoy::proto as grpc;
+use slidegate_server::api::http::request::parse_acquire;
 use slidegate_server::bounds::Bounds;
-use slidegate_server::check_json::RateLimitRequestJson;
-use slidegate_server::config::{LoadOptions, RateLimitConfig};
-use slidegate_server::http::request::parse_acquire;
-use slidegate_server::{grpc, service};
+use slidegate_server::limiter::check as service;
+use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 
 fn corpus(target: &str) -> Vec<Vec<u8>> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))

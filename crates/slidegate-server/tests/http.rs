@@ -394,7 +394,10 @@ async fn wrong_methods_get_a_json_405_with_allow() {
 
 #[tokio::test]
 async fn every_answer_tells_browsers_not_to_sniff_its_type() {
-    let server = TestServer::full(slidegate_server::http::AppState::new(MemoryStore::new())).await;
+    let server = TestServer::full(slidegate_server::api::http::AppState::new(
+        MemoryStore::new(),
+    ))
+    .await;
     let json = [("content-type", "application/json")];
     let check = r#"{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}"#;
     /// A request: method, path, header fields, body.

@@ -58,27 +58,27 @@ const KNOWN_LIBRARY_CIRCLES: &[&[&str]] = &[
 /// [`KNOWN_LIBRARY_CIRCLES`]).
 const KNOWN_SERVER_CIRCLES: &[&[&str]] = &[
     &[
-        "src/config/matcher.rs",
-        "src/config/mod.rs",
-        "src/config/reload.rs",
-        "src/config/yaml.rs",
-        "src/metrics.rs",
-        "src/service/mod.rs",
-        "src/stats.rs",
+        "src/limiter/check/mod.rs",
+        "src/rules/matcher.rs",
+        "src/rules/mod.rs",
+        "src/rules/reload.rs",
+        "src/rules/yaml.rs",
+        "src/telemetry/metrics.rs",
+        "src/telemetry/stats/mod.rs",
     ],
     &[
-        "src/backend.rs",
-        "src/bench.rs",
-        "src/cli.rs",
-        "src/serve.rs",
+        "src/api/http/admin.rs",
+        "src/api/http/body.rs",
+        "src/api/http/mod.rs",
+        "src/api/http/status.rs",
     ],
     &[
-        "src/http.rs",
-        "src/http/admin.rs",
-        "src/http/body.rs",
-        "src/http/status.rs",
+        "src/cli/mod.rs",
+        "src/commands/bench.rs",
+        "src/commands/serve.rs",
+        "src/store/backend.rs",
     ],
-    &["src/decision.rs", "src/http/headers.rs"],
+    &["src/api/http/headers.rs", "src/limiter/adhoc.rs"],
 ];
 
 fn check(name: &str, known: &[&[&str]]) {

@@ -14,9 +14,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use http::StatusCode;
 use serde_json::{Value, json};
-use slidegate_server::config::{LiveConfig, LoadOptions};
-use slidegate_server::http::AppState;
-use slidegate_server::response_headers::ResponseHeaders;
+use slidegate_server::api::envoy::headers::ResponseHeaders;
+use slidegate_server::api::http::AppState;
+use slidegate_server::rules::{LiveConfig, LoadOptions};
 
 const RULES: &str = "\
 domain: api

@@ -6,9 +6,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use slidegate::{Decision, MemoryStore};
-use slidegate_server::config::{LoadOptions, RateLimitConfig};
-use slidegate_server::service::{self, CheckRequest, DescriptorRequest};
-use slidegate_server::stats::{MAX_KEY_CHARS, Stats};
+use slidegate_server::limiter::check::{self, CheckRequest, DescriptorRequest};
+use slidegate_server::rules::{LoadOptions, RateLimitConfig};
+use slidegate_server::telemetry::stats::{MAX_KEY_CHARS, Stats};
 
 /// Counts the allocations of the current thread.
 struct Counting;
@@ -83,8 +83,8 @@ async fn recording_an_admitted_check_allocates_nothing() {
     let store = MemoryStore::new();
     let stats = Stats::new();
     let request = request("10.0.0.1");
-    let response = service::check(&config, &store, &request).await.unwrap();
-    assert_eq!(response.overall, service::Code::Ok);
+    let response = check::check(&config, &store, &request).await.unwrap();
+    assert_eq!(response.overall, check::Code::Ok);
     let (count, _) = allocations(|| {
         for _ in 0..1_000 {
             stats.record_check(&request, &response);
@@ -104,9 +104,9 @@ async fn recording_a_denial_allocates_at_most_one_bounded_key() {
     let stats = Stats::new();
     let ip = "x".repeat(10_000);
     let request = request(&ip);
-    service::check(&config, &store, &request).await.unwrap();
-    let denied = service::check(&config, &store, &request).await.unwrap();
-    assert_eq!(denied.overall, service::Code::OverLimit);
+    check::check(&config, &store, &request).await.unwrap();
+    let denied = check::check(&config, &store, &request).await.unwrap();
+    assert_eq!(denied.overall, check::Code::OverLimit);
     stats.record_check(&request, &denied);
     let (count, bytes) = allocations(|| stats.record_check(&request, &denied));
     // The key shown: at most MAX_KEY_CHARS characters of 4 bytes and the

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use common::redis::Redis;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{Rule, Store};
-use slidegate_server::backend::{Backend, StoreUrl};
 use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
+use slidegate_server::store::backend::{Backend, StoreUrl};
 
 async fn open_at(
     url: String,

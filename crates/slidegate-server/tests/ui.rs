@@ -16,8 +16,8 @@ use arc_swap::ArcSwap;
 use common::{TestServer, request_to};
 use http::{Method, StatusCode};
 use slidegate::MemoryStore;
-use slidegate_server::config::{LiveConfig, LoadOptions};
-use slidegate_server::http::AppState;
+use slidegate_server::api::http::AppState;
+use slidegate_server::rules::{LiveConfig, LoadOptions};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_slidegate");
 

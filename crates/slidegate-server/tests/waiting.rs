@@ -11,8 +11,8 @@ use common::{StoreKind, TestServer};
 use http::StatusCode;
 use serde_json::json;
 use slidegate::{MemoryStore, Rule};
-use slidegate_server::http::AppState;
-use slidegate_server::keyspace::adhoc_key;
+use slidegate_server::api::http::AppState;
+use slidegate_server::keys::adhoc_key;
 
 fn body(key: &str, max_wait_ms: u64) -> String {
     json!({"key": key, "limit": 3, "window_ms": 1000, "max_wait_ms": max_wait_ms}).to_string()
@@ -215,7 +215,7 @@ async fn waiting_requests_on_three_instances_share_one_limit_on_redis() {
     let redis = common::redis::Redis::start();
     let mut servers = Vec::new();
     for _ in 0..3 {
-        let url = slidegate_server::backend::StoreUrl::Redis(redis.url());
+        let url = slidegate_server::store::backend::StoreUrl::Redis(redis.url());
         let backend =
             common::backend(url, slidegate::store::resilient::FailurePolicy::Deny, 5_000).await;
         servers.push(TestServer::start(backend).await);

@@ -11,9 +11,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{MemoryStore, Store};
-use slidegate_server::backend::{Backend, StoreUrl};
+use slidegate_server::api::http::{AppState, router};
 use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
-use slidegate_server::http::{AppState, router};
+use slidegate_server::store::backend::{Backend, StoreUrl};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -128,9 +128,13 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let app = router(AppState::new(store));
-        let task = tokio::spawn(slidegate_server::serve::serve(listener, app, async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(slidegate_server::commands::serve::serve(
+            listener,
+            app,
+            async {
+                let _ = stopped.await;
+            },
+        ));
         TestServer {
             addr,
             grpc_addr: None,
@@ -147,7 +151,7 @@ impl TestServer {
         let (addr, grpc_addr) = (http.local_addr().unwrap(), grpc.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            slidegate_server::serve::serve_both(http, grpc, state, async {
+            slidegate_server::commands::serve::serve_both(http, grpc, state, async {
                 let _ = stopped.await;
             })
             .await

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use slidegate::store::resilient::FailurePolicy;
-use slidegate_server::backend::StoreUrl;
-use slidegate_server::config::{LiveConfig, LoadOptions};
-use slidegate_server::http::AppState;
+use slidegate_server::api::http::AppState;
+use slidegate_server::rules::{LiveConfig, LoadOptions};
+use slidegate_server::store::backend::StoreUrl;
 
 use crate::common::{self, TestServer};
 use crate::load::{Answer, Plan, Sample, Stalls};
@@ -104,7 +104,7 @@ pub async fn in_process_with(
     timeout: Duration,
     metrics: bool,
 ) -> TestServer {
-    let handle = metrics.then(slidegate_server::metrics::install);
+    let handle = metrics.then(slidegate_server::telemetry::metrics::install);
     let dir = tempfile::tempdir().expect("a temporary directory");
     let rules = rules_file(dir.path());
     let live = LiveConfig::load(vec![rules.into()], LoadOptions::default()).expect("the rules");

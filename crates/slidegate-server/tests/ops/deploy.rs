@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
-use slidegate_server::config::{LoadOptions, RateLimitConfig};
+use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 
 use crate::process::Slidegate;
 use crate::support::{self, assert_parses, assert_valid, serve_env_vars, yaml};

@@ -1,0 +1,72 @@
+//! `slidegate check`: one decision, printed as the JSON of `POST /v1/acquire`.
+
+use anyhow::Context;
+use slidegate::Rule;
+
+use crate::cli::CheckArgs;
+use crate::limiter::adhoc::{self, DecisionBody};
+use crate::store::backend::Backend;
+
+/// Decides once and prints the decision as one line of JSON on stdout
+/// (with `--wait`, once its turn has come, with `waited_ms`).
+pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
+    let checked = decide(&args).await?;
+    let mut json = serde_json::to_string(&checked.decision)?;
+    if let Some(waited) = checked.waited {
+        // As `POST /v1/acquire` answers it: the last field.
+        let waited_ms = u64::try_from(waited.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+        json.pop();
+        json.push_str(&format!(",\"waited_ms\":{waited_ms}}}"));
+    }
+    println!("{json}");
+    Ok(())
+}
+
+/// What `slidegate check` decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked {
+    /// The decision, as `POST /v1/acquire` shows it.
+    pub decision: DecisionBody,
+    /// With `--wait`, when admitted: how long it waited for its turn.
+    pub waited: Option<std::time::Duration>,
+}
+
+/// Decides once against the store `--store` names; with `--wait`, reserves
+/// and sleeps until the request's turn.
+pub async fn decide(args: &CheckArgs) -> anyhow::Result<Checked> {
+    let backend = Backend::connect(&args.store)
+        .await
+        .context("cannot open the store")?;
+    let rules: Vec<Rule> = args
+        .rates
+        .iter()
+        .map(|rate| Rule::new(*rate).with_algorithm(args.algorithm))
+        .collect();
+    if let Some((i, rule)) = rules
+        .iter()
+        .enumerate()
+        .find(|(i, rule)| rules[..*i].contains(rule))
+    {
+        anyhow::bail!(
+            "--rate {} is given twice (rate number {})",
+            rule.rate(),
+            i + 1
+        );
+    }
+    let Some(max_wait) = args.wait else {
+        let outcome = adhoc::acquire(&backend, &args.key, &rules, args.cost).await?;
+        return Ok(Checked {
+            decision: DecisionBody::from(&outcome.decision),
+            waited: None,
+        });
+    };
+    let (outcome, wait) = adhoc::reserve(&backend, &args.key, &rules, args.cost, max_wait).await?;
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    let allowed = outcome.decision.allowed();
+    Ok(Checked {
+        decision: DecisionBody::from(&outcome.decision),
+        waited: allowed.then_some(wait),
+    })
+}

@@ -1,0 +1,5 @@
+//! The commands of the `slidegate` binary.
+
+pub mod bench;
+pub mod check;
+pub mod serve;

@@ -1,0 +1,198 @@
+//! The gRPC listener: Envoy's rate limit service and the standard health
+//! service, served on each accepted connection (see [`listen`](crate::net::listen)
+//! for the caps and deadlines) by a tonic server of its own, so that one
+//! connection can be sent away (HTTP/2 GOAWAY) when it has been idle for
+//! the idle timeout or reaches its maximum age: tonic has no other way to
+//! send one connection away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use slidegate::Store;
+use tokio::net::TcpListener;
+use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+
+use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::envoy::proto::RateLimitGrpc;
+use crate::bounds::Bounds;
+use crate::net::listen::{
+    Acceptor, Conn, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES,
+    GoAway, GrpcLimits, Protocol as ListenerProtocol, TrackRequests,
+};
+use crate::rules::RateLimitConfig;
+
+/// The gRPC services with the layers of every call.
+type Router = tonic::transport::server::Router<
+    tower::layer::util::Stack<TrackRequests, tower::layer::util::Identity>,
+>;
+
+/// The name the health service reports the rate limit service under.
+const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
+
+/// The rate limit service and `health` within `limits`, as every
+/// connection serves them.
+fn router<S: Store + 'static>(
+    service: RateLimitGrpc<S>,
+    health: HealthServer<impl Health>,
+    limits: &GrpcLimits,
+) -> Router {
+    let streams = limits.max_concurrent_streams;
+    let service =
+        RateLimitServiceServer::new(service).max_decoding_message_size(limits.max_message_bytes);
+    // No `max_connection_age` here: each connection's own task sends it
+    // away at that age (tonic's, with a grace, closes without GOAWAY).
+    tonic::transport::Server::builder()
+        .timeout(limits.request_timeout)
+        .max_concurrent_streams(streams)
+        .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
+        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
+        .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
+        .layer(TrackRequests)
+        .add_service(health.max_decoding_message_size(limits.max_message_bytes))
+        .add_service(service)
+}
+
+/// Serves `ShouldRateLimit` and the standard health service on `listener`
+/// within `limits` until `shutdown` completes; then stops accepting, sends
+/// every connection GOAWAY, and returns once they have closed. Health says
+/// SERVING while the store is ready.
+///
+/// Each connection is served by a tonic server of its own, whose shutdown
+/// is that connection's GOAWAY: tonic has no other way to send one
+/// connection away, and one must go when it has been idle for the idle
+/// timeout (or reaches its maximum age), so that idle clients cannot hold
+/// the listener's connections.
+pub async fn serve<S: Store + Clone + 'static>(
+    listener: TcpListener,
+    config: Arc<ArcSwap<RateLimitConfig>>,
+    store: S,
+    limits: GrpcLimits,
+    bounds: Bounds,
+    response_headers: ResponseHeaders,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut prober_stopped = stopped.clone();
+    let probe_store = store.clone();
+    let prober = tokio::spawn(async move {
+        loop {
+            let ready = matches!(
+                tokio::time::timeout(Duration::from_secs(1), probe_store.ready()).await,
+                Ok(Ok(()))
+            );
+            let status = if ready {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            reporter.set_service_status("", status).await;
+            reporter.set_service_status(SERVICE_NAME, status).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = prober_stopped.changed() => return,
+            }
+        }
+    });
+    let service = RateLimitGrpc::new(config, store)
+        .with_bounds(bounds)
+        .with_response_headers(response_headers);
+    let router = router(service, health, &limits);
+    let acceptor = Acceptor::new(listener, limits.connections, ListenerProtocol::Grpc);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            conn = acceptor.accept() => {
+                let stop = stopped.clone();
+                connections.spawn(serve_connection(router.clone(), conn, limits, stop));
+                while connections.try_join_next().is_some() {}
+            }
+        }
+    }
+    // Closing the listening socket refuses new connections at once.
+    drop(acceptor);
+    let _ = stop.send(true);
+    while connections.join_next().await.is_some() {}
+    let _ = prober.await;
+    Ok(())
+}
+
+/// Serves one connection until it closes: sent away (GOAWAY) when the
+/// server stops, when it has been idle for the idle timeout, or at its
+/// maximum age; in the last two cases it must close within the request
+/// timeout (its calls in flight have that long), or its socket fails.
+/// Returns once the connection is gone, however it went: its tonic server
+/// would otherwise wait for a shutdown that nothing brings.
+async fn serve_connection(
+    router: Router,
+    conn: Conn,
+    limits: GrpcLimits,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let clock = conn.clock();
+    let peer = conn.peer();
+    let go_away = async move {
+        let why = tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => None,
+            () = clock.closed() => None,
+            () = clock.idle_expired() => Some(GoAway::Idle),
+            () = tokio::time::sleep(limits.max_connection_age) => Some(GoAway::Age),
+        };
+        if let Some(why) = why {
+            clock.going_away(why, limits.request_timeout);
+        }
+    };
+    // The one connection, then nothing: the server runs until `go_away`.
+    let incoming = futures_util::StreamExt::chain(
+        futures_util::stream::iter([Ok::<_, std::io::Error>(conn)]),
+        futures_util::stream::pending(),
+    );
+    if let Err(error) = router.serve_with_incoming_shutdown(incoming, go_away).await {
+        tracing::debug!(%peer, %error, "gRPC connection closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::listen::ConnectionLimits;
+
+    /// A connection that goes before its first call (a port scan, a client
+    /// that gives up) ends its task at once, not at its maximum age: the
+    /// task of each such connection would otherwise stay 30 minutes.
+    #[tokio::test]
+    async fn a_connection_that_goes_ends_its_task() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = GrpcLimits::default();
+        let acceptor = Acceptor::new(
+            listener,
+            ConnectionLimits {
+                header_timeout: Duration::from_secs(600),
+                ..limits.connections
+            },
+            ListenerProtocol::Grpc,
+        );
+        let (_, health) = tonic_health::server::health_reporter();
+        let config = Arc::new(ArcSwap::from_pointee(RateLimitConfig::default()));
+        let service = RateLimitGrpc::new(config, slidegate::MemoryStore::new());
+        let router = router(service, health, &limits);
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let conn = acceptor.accept().await;
+        let task = tokio::spawn(serve_connection(router, conn, limits, stopped));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!task.is_finished(), "the connection is served while open");
+        drop(client);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the task of a closed connection still runs")
+            .unwrap();
+    }
+}

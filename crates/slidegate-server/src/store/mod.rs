@@ -1,0 +1,3 @@
+//! The store the service decides with, chosen by `--store`.
+
+pub mod backend;
