@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use slidegate::MemoryStore;
-use slidegate_server::bounds::Bounds;
+use slidegate_server::bounds::RequestBounds;
 use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 use slidegate_server::api::envoy::proto as grpc;
 use slidegate_server::limiter::check as service;
@@ -41,7 +41,7 @@ thread_local! {
 
 fuzz_target!(|data: &[u8]| {
     let Ok(request) = RateLimitRequest::decode(data) else { return };
-    let Ok(request) = grpc::from_proto(request, &Bounds::default()) else { return };
+    let Ok(request) = grpc::from_proto(request, &RequestBounds::default()) else { return };
     let answer = RUNTIME.with(|rt| rt.block_on(service::check(config(), store(), &request)));
     if let Ok(response) = answer {
         assert_eq!(response.statuses.len(), request.descriptors.len());

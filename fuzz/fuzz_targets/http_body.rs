@@ -3,13 +3,13 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use slidegate_server::bounds::Bounds;
+use slidegate_server::bounds::RequestBounds;
 use slidegate_server::api::envoy::json::RateLimitRequestJson;
 use slidegate_server::api::http::request::parse_acquire;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = parse_acquire(data, &Bounds::default());
+    let _ = parse_acquire(data, &RequestBounds::default());
     if let Ok(request) = RateLimitRequestJson::from_slice(data) {
-        let _ = request.into_request(&Bounds::default());
+        let _ = request.into_request(&RequestBounds::default());
     }
 });

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// The bounds the service enforces on every request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bounds {
+pub struct RequestBounds {
     /// Most descriptors in one gRPC `ShouldRateLimit` or `POST /v1/check`.
     pub max_descriptors: usize,
     /// Most entries in one descriptor.
@@ -21,7 +21,7 @@ pub struct Bounds {
     pub max_adhoc_window: Duration,
 }
 
-impl Bounds {
+impl RequestBounds {
     /// `--max-descriptors`' default: far more than any Envoy route sends
     /// (one descriptor per `rate_limits` entry).
     pub const MAX_DESCRIPTORS: usize = 64;
@@ -55,13 +55,13 @@ impl Bounds {
     }
 }
 
-impl Default for Bounds {
-    fn default() -> Bounds {
-        Bounds {
-            max_descriptors: Bounds::MAX_DESCRIPTORS,
-            max_descriptor_entries: Bounds::MAX_DESCRIPTOR_ENTRIES,
-            max_adhoc_limit: Bounds::MAX_ADHOC_LIMIT,
-            max_adhoc_window: Bounds::MAX_ADHOC_WINDOW,
+impl Default for RequestBounds {
+    fn default() -> RequestBounds {
+        RequestBounds {
+            max_descriptors: RequestBounds::MAX_DESCRIPTORS,
+            max_descriptor_entries: RequestBounds::MAX_DESCRIPTOR_ENTRIES,
+            max_adhoc_limit: RequestBounds::MAX_ADHOC_LIMIT,
+            max_adhoc_window: RequestBounds::MAX_ADHOC_WINDOW,
         }
     }
 }
@@ -93,10 +93,10 @@ mod tests {
 
     #[test]
     fn descriptors_and_entries_are_counted_against_their_flags() {
-        let bounds = Bounds {
+        let bounds = RequestBounds {
             max_descriptors: 2,
             max_descriptor_entries: 3,
-            ..Bounds::default()
+            ..RequestBounds::default()
         };
         assert_eq!(bounds.check_descriptors(2, [3, 1].into_iter()), Ok(()));
         let many = bounds.check_descriptors(3, [1, 1, 1].into_iter());

@@ -8,6 +8,7 @@ pub mod api;
 pub mod bounds;
 pub mod cli;
 pub mod commands;
+pub mod epoch;
 pub mod keys;
 pub mod limiter;
 pub mod net;

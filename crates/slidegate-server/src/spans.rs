@@ -1,5 +1,8 @@
-//! OpenTelemetry tracing over OTLP/gRPC (`--otlp-endpoint URL`), off by
-//! default.
+//! The spans of a request, for OpenTelemetry tracing over OTLP/gRPC
+//! (`--otlp-endpoint URL`, exported by [`telemetry::otlp`](crate::telemetry::otlp)),
+//! off by default. Everything that makes one calls down here: the fronts
+//! (the request's span), the limiter (the decision's, made with
+//! [`TARGET`]) and the store (each call's).
 //!
 //! When on, each decision is a span (`slidegate.decision`, with `domain`,
 //! `descriptors`, `outcome` and `degraded`; a decision made by a failure
@@ -18,21 +21,15 @@
 use std::future::Future;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 use opentelemetry::propagation::{Extractor, TextMapPropagator};
-use opentelemetry::trace::TracerProvider as _;
-use opentelemetry_otlp::WithExportConfig;
-use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
-use tracing_subscriber::Layer;
-use tracing_subscriber::registry::LookupSpan;
 
-use crate::limiter::check::{self, CheckError, CheckRequest, CheckResponse, Code};
-use crate::rules::RateLimitConfig;
+/// The target of every span of a request: the only one the exporter's
+/// layer listens to (at DEBUG, which the log filter leaves off).
+pub const TARGET: &str = "slidegate_server::spans";
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 
@@ -49,60 +46,10 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// The least time the spans still buffered get to reach the collector on a
-/// stop, when the shutdown grace has run out: a stop ends at most this long
-/// after the grace, whatever the collector does.
-pub const FLUSH_AT_LEAST: Duration = Duration::from_secs(1);
-
-/// The exporter; [`Otlp::shutdown`] flushes the spans not yet sent.
-#[derive(Debug)]
-pub struct Otlp {
-    provider: SdkTracerProvider,
-}
-
-impl Otlp {
-    /// Exports every span still buffered, then stops; waits for the
-    /// collector until `grace_ends`, or [`FLUSH_AT_LEAST`] if that is
-    /// later. A collector that does not answer by then loses those spans:
-    /// the stop must fit in the time a supervisor gives it (systemd's
-    /// `TimeoutStopSec`), which the SDK's own timeouts (5 s to flush, 5 s
-    /// more to stop, its export's 10 s) would not.
-    pub fn shutdown(self, grace_ends: Instant) {
-        ENABLED.store(false, Ordering::Relaxed);
-        let wait = grace_ends
-            .saturating_duration_since(Instant::now())
-            .max(FLUSH_AT_LEAST);
-        // One call: the SDK's shutdown exports what is buffered first.
-        if let Err(error) = self.provider.shutdown_with_timeout(wait) {
-            eprintln!("warning: cannot flush the spans to the OTLP endpoint: {error}");
-        }
-    }
-}
-
-/// Starts exporting spans to `endpoint` (`http://host:4317`, OTLP/gRPC) and
-/// returns the layer to install; must run inside a tokio runtime.
-pub fn start<S>(endpoint: &str) -> anyhow::Result<(Otlp, impl Layer<S>)>
-where
-    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
-{
-    let exporter = opentelemetry_otlp::SpanExporter::builder()
-        .with_tonic()
-        .with_endpoint(endpoint)
-        .build()
-        .map_err(|e| anyhow::anyhow!("cannot export spans to {endpoint}: {e}"))?;
-    let provider = SdkTracerProvider::builder()
-        .with_batch_exporter(exporter)
-        .with_resource(Resource::builder().with_service_name("slidegate").build())
-        .build();
-    let tracer = provider.tracer("slidegate");
-    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
-    let filter = tracing_subscriber::filter::Targets::new()
-        .with_target("slidegate_server::spans", tracing::Level::DEBUG);
-    let layer = tracing_opentelemetry::layer()
-        .with_tracer(tracer)
-        .with_filter(filter);
-    ENABLED.store(true, Ordering::Relaxed);
-    Ok((Otlp { provider }, layer))
+/// Turns the spans of the request path on (the exporter is running) or
+/// off (it has stopped).
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
 }
 
 /// Names the store's node for the store call spans.
@@ -134,6 +81,7 @@ pub fn http_span(request: &http::Request<axum::body::Body>) -> Option<tracing::S
         return None;
     }
     let span = tracing::debug_span!(
+        target: TARGET,
         "slidegate.http",
         otel.kind = "server",
         http.request.method = %request.method(),
@@ -161,6 +109,7 @@ pub fn grpc_span(metadata: &tonic::metadata::MetadataMap) -> Option<tracing::Spa
         return None;
     }
     let span = tracing::debug_span!(
+        target: TARGET,
         "slidegate.grpc",
         otel.kind = "server",
         rpc.system = "grpc",
@@ -180,87 +129,6 @@ pub fn grpc_span(metadata: &tonic::metadata::MetadataMap) -> Option<tracing::Spa
     Some(span)
 }
 
-/// `service::check`, in a decision span when tracing is on.
-pub async fn check<S: slidegate::Store>(
-    config: &RateLimitConfig,
-    store: &S,
-    request: &CheckRequest,
-) -> Result<CheckResponse, CheckError> {
-    if !enabled() {
-        return check::check(config, store, request).await;
-    }
-    let span = tracing::debug_span!(
-        "slidegate.decision",
-        domain = %request.domain,
-        descriptors = request.descriptors.len(),
-        outcome = tracing::field::Empty,
-        degraded = tracing::field::Empty,
-        fallback = tracing::field::Empty,
-        error = tracing::field::Empty,
-    );
-    let result = check::check(config, store, request)
-        .instrument(span.clone())
-        .await;
-    match &result {
-        Ok(response) => {
-            span.record(
-                "outcome",
-                match response.overall {
-                    Code::Ok => "allowed",
-                    Code::OverLimit => "denied",
-                },
-            );
-            mark_degraded(&span, response.degraded);
-        }
-        Err(error) => {
-            span.record("outcome", "error");
-            span.record("error", tracing::field::display(error));
-        }
-    }
-    result
-}
-
-/// An ad-hoc decision (`/v1/acquire`), in a decision span when tracing is on.
-pub async fn acquire<S: slidegate::Store>(
-    store: &S,
-    key: &str,
-    rules: &[slidegate::Rule],
-    cost: u64,
-) -> slidegate::Result<crate::limiter::adhoc::Outcome> {
-    if !enabled() {
-        return crate::limiter::adhoc::acquire(store, key, rules, cost).await;
-    }
-    let span = tracing::debug_span!(
-        "slidegate.decision",
-        domain = "",
-        rule = crate::telemetry::metrics::ADHOC_RULE,
-        outcome = tracing::field::Empty,
-        degraded = tracing::field::Empty,
-        fallback = tracing::field::Empty,
-    );
-    let result = crate::limiter::adhoc::acquire(store, key, rules, cost)
-        .instrument(span.clone())
-        .await;
-    match &result {
-        Ok(outcome) => {
-            let allowed = outcome.decision.allowed();
-            span.record("outcome", if allowed { "allowed" } else { "denied" });
-            mark_degraded(&span, outcome.decision.degraded());
-        }
-        Err(_) => {
-            span.record("outcome", "error");
-        }
-    }
-    result
-}
-
-fn mark_degraded(span: &tracing::Span, degraded: bool) {
-    span.record("degraded", degraded);
-    if degraded {
-        span.record("fallback", "policy");
-    }
-}
-
 /// A store call (`op`) of the `store` kind, in a child span when tracing is
 /// on.
 pub async fn store_call<T>(
@@ -273,6 +141,7 @@ pub async fn store_call<T>(
     }
     let redis = store.starts_with("redis");
     let span = tracing::debug_span!(
+        target: TARGET,
         "slidegate.store",
         otel.kind = "client",
         store,

@@ -22,8 +22,8 @@ use http::{Method, StatusCode};
 use serde_json::{Value, json};
 use slidegate::store::resilient::FailurePolicy;
 use slidegate_server::api::envoy::headers::ResponseHeaders;
-use slidegate_server::api::envoy::proto::DEGRADED_METADATA;
-use slidegate_server::api::http::AppState;
+use slidegate_server::api::grpc::DEGRADED_METADATA;
+use slidegate_server::commands::parts::Parts;
 use slidegate_server::rules::{LiveConfig, LoadOptions};
 use slidegate_server::store::backend::{Backend, StoreUrl};
 use tonic::Code;
@@ -54,11 +54,11 @@ async fn server_with(kind: StoreKind, rules: &LiveConfig) -> TestServer {
 }
 
 async fn serve(backend: Backend, rules: &LiveConfig) -> TestServer {
-    let state = AppState::new(backend)
+    let parts = Parts::new(backend)
         .with_config(rules.current())
         .with_admin_token(Some("s3cret".into()))
         .with_metrics(slidegate_server::telemetry::metrics::install());
-    TestServer::full(state).await
+    TestServer::full(parts).await
 }
 
 /// One descriptor: entries, and an optional per-descriptor hits_addend.
@@ -645,10 +645,10 @@ async fn draft10_header_fields_reach_envoy_and_json_clients(kind: StoreKind) {
     let live =
         Arc::new(LiveConfig::load(vec![dir.path().to_owned()], LoadOptions::default()).unwrap());
     let store = kind.open().await;
-    let state = AppState::new(store.backend)
+    let parts = Parts::new(store.backend)
         .with_config(live.current())
         .with_response_headers(ResponseHeaders::Draft10);
-    let server = TestServer::full(state).await.keeping(store.redis);
+    let server = TestServer::full(parts).await.keeping(store.redis);
     let addr = server.grpc_addr.expect("a gRPC listener");
     let mut client = RateLimitServiceClient::connect(format!("http://{addr}"))
         .await

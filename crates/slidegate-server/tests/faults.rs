@@ -354,7 +354,7 @@ async fn clients_that_give_up_never_keep_the_circuit_open() {
                     Ok(Ok(response)) => {
                         let degraded = response
                             .metadata()
-                            .get(slidegate_server::api::envoy::proto::DEGRADED_METADATA)
+                            .get(slidegate_server::api::grpc::DEGRADED_METADATA)
                             .is_some_and(|v| v == "true");
                         if degraded {
                             Impatient::Degraded
@@ -578,7 +578,7 @@ async fn a_foreign_value_at_a_descriptors_counter_is_failed_precondition_over_gr
     assert!(
         other
             .metadata()
-            .get(slidegate_server::api::envoy::proto::DEGRADED_METADATA)
+            .get(slidegate_server::api::grpc::DEGRADED_METADATA)
             .is_none()
     );
     assert_eq!(other.into_inner().overall_code, 1, "OK");

@@ -11,7 +11,7 @@ use slidegate::{MemoryStore, Rate};
 use slidegate_server::api::envoy::json::RateLimitRequestJson;
 use slidegate_server::api::envoy::proto as grpc;
 use slidegate_server::api::http::request::parse_acquire;
-use slidegate_server::bounds::Bounds;
+use slidegate_server::bounds::RequestBounds;
 use slidegate_server::limiter::check as service;
 use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 
@@ -62,9 +62,9 @@ fn the_config_corpus_loads_or_errs() {
 #[test]
 fn the_http_body_corpus_decodes_or_errs() {
     for input in corpus("http_body") {
-        let _ = parse_acquire(&input, &Bounds::default());
+        let _ = parse_acquire(&input, &RequestBounds::default());
         if let Ok(request) = RateLimitRequestJson::from_slice(&input) {
-            let _ = request.into_request(&Bounds::default());
+            let _ = request.into_request(&RequestBounds::default());
         }
     }
 }
@@ -83,7 +83,7 @@ async fn the_grpc_request_corpus_decides_or_errs() {
         let Ok(request) = RateLimitRequest::decode(input.as_slice()) else {
             continue;
         };
-        let Ok(request) = grpc::from_proto(request, &Bounds::default()) else {
+        let Ok(request) = grpc::from_proto(request, &RequestBounds::default()) else {
             continue;
         };
         if let Ok(response) = service::check(&config, &store, &request).await {

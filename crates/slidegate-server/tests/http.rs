@@ -160,15 +160,15 @@ async fn several_rules_pass_or_fail_together_and_are_listed_in_the_headers(kind:
     assert_eq!(denied.json()["limit"], 2);
     assert_eq!(
         denied.header("ratelimit-policy"),
-        Some(r#""r0";q=2;w=60, "r1";q=5;w=3600"#)
+        Some(r#""p0";q=2;w=60, "p1";q=5;w=3600"#)
     );
     let retry_after = denied.header("retry-after").unwrap().to_owned();
     let state = denied.header("ratelimit").unwrap();
-    let (r0, r1) = state.split_once(", ").unwrap();
-    assert_eq!(r0, format!(r#""r0";r=0;t={retry_after}"#));
+    let (p0, p1) = state.split_once(", ").unwrap();
+    assert_eq!(p0, format!(r#""p0";r=0;t={retry_after}"#));
     // The hour rule allowed: its `t` is the time until its window is empty,
     // 3600 s after the first admission (+1 µs), rounded up.
-    let t1: u64 = r1.strip_prefix(r#""r1";r=3;t="#).unwrap().parse().unwrap();
+    let t1: u64 = p1.strip_prefix(r#""p1";r=3;t="#).unwrap().parse().unwrap();
     assert!((3599..=3601).contains(&t1), "{state}");
     // The denied request was recorded in neither rule: the hour rule still
     // has 3 units.
@@ -394,7 +394,7 @@ async fn wrong_methods_get_a_json_405_with_allow() {
 
 #[tokio::test]
 async fn every_answer_tells_browsers_not_to_sniff_its_type() {
-    let server = TestServer::full(slidegate_server::api::http::AppState::new(
+    let server = TestServer::full(slidegate_server::commands::parts::Parts::new(
         MemoryStore::new(),
     ))
     .await;

@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use http::StatusCode;
 use serde_json::{Value, json};
 use slidegate_server::api::envoy::headers::ResponseHeaders;
-use slidegate_server::api::http::AppState;
+use slidegate_server::commands::parts::Parts;
 use slidegate_server::rules::{LiveConfig, LoadOptions};
 
 const RULES: &str = "\
@@ -39,10 +39,10 @@ async fn server(kind: StoreKind) -> TestServer {
             .expect("the rules load"),
     );
     let store = kind.open().await;
-    let state = AppState::new(store.backend)
+    let parts = Parts::new(store.backend)
         .with_config(live.current())
         .with_response_headers(ResponseHeaders::Draft10);
-    TestServer::full(state).await.keeping((store.redis, dir))
+    TestServer::full(parts).await.keeping((store.redis, dir))
 }
 
 fn request(key: &str, value: &str, hits: u32) -> RateLimitRequest {

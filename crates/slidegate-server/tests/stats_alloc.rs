@@ -1,13 +1,18 @@
 //! Recording a decision for the status page allocates nothing when the
 //! decision admits (the decision path's budget: a few relaxed atomic
-//! additions), and a bounded key when it denies.
+//! additions), and a bounded key when it denies; reporting it to the
+//! telemetry (its metrics too, once its series are registered) allocates
+//! nothing either.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use slidegate::{Decision, MemoryStore};
+use slidegate_server::limiter::Sink;
 use slidegate_server::limiter::check::{self, CheckRequest, DescriptorRequest};
 use slidegate_server::rules::{LoadOptions, RateLimitConfig};
+use slidegate_server::telemetry::Telemetry;
+use slidegate_server::telemetry::limits::LimitTable;
 use slidegate_server::telemetry::stats::{MAX_KEY_CHARS, Stats};
 
 /// Counts the allocations of the current thread.
@@ -82,12 +87,37 @@ async fn recording_an_admitted_check_allocates_nothing() {
     .unwrap();
     let store = MemoryStore::new();
     let stats = Stats::new();
+    let table = LimitTable::of(&config);
     let request = request("10.0.0.1");
     let response = check::check(&config, &store, &request).await.unwrap();
     assert_eq!(response.overall, check::Code::Ok);
     let (count, _) = allocations(|| {
         for _ in 0..1_000 {
-            stats.record_check(&request, &response);
+            stats.record_check(&request, &response, Some(&table));
+        }
+    });
+    assert_eq!(count, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn reporting_an_admitted_check_to_the_telemetry_allocates_nothing() {
+    slidegate_server::telemetry::metrics::install();
+    let config = RateLimitConfig::from_sources(
+        &[("rules.yaml".into(), RULES.into())],
+        LoadOptions::default(),
+    )
+    .unwrap();
+    let store = MemoryStore::new();
+    let telemetry = Telemetry::new();
+    let request = request("10.0.0.2");
+    let response = check::check(&config, &store, &request).await.unwrap();
+    assert_eq!(response.overall, check::Code::Ok);
+    // The first report makes the config's counter table and registers its
+    // series.
+    telemetry.check_decided(&config, &request, &response);
+    let (count, _) = allocations(|| {
+        for _ in 0..1_000 {
+            telemetry.check_decided(&config, &request, &response);
         }
     });
     assert_eq!(count, 0);
@@ -102,13 +132,14 @@ async fn recording_a_denial_allocates_at_most_one_bounded_key() {
     .unwrap();
     let store = MemoryStore::new();
     let stats = Stats::new();
+    let table = LimitTable::of(&config);
     let ip = "x".repeat(10_000);
     let request = request(&ip);
     check::check(&config, &store, &request).await.unwrap();
     let denied = check::check(&config, &store, &request).await.unwrap();
     assert_eq!(denied.overall, check::Code::OverLimit);
-    stats.record_check(&request, &denied);
-    let (count, bytes) = allocations(|| stats.record_check(&request, &denied));
+    stats.record_check(&request, &denied, Some(&table));
+    let (count, bytes) = allocations(|| stats.record_check(&request, &denied, Some(&table)));
     // The key shown: at most MAX_KEY_CHARS characters of 4 bytes and the
     // ellipsis, in one string (its parts' list is a second allocation).
     assert!(count <= 2, "{count} allocations");

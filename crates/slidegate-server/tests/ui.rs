@@ -12,12 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use common::{TestServer, request_to};
 use http::{Method, StatusCode};
 use slidegate::MemoryStore;
-use slidegate_server::api::http::AppState;
-use slidegate_server::rules::{LiveConfig, LoadOptions};
+use slidegate_server::commands::parts::Parts;
+use slidegate_server::rules::{CurrentConfig, LiveConfig, LoadOptions};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_slidegate");
 
@@ -56,8 +55,8 @@ fn basic(user_and_password: &str) -> String {
 }
 
 async fn token_server() -> TestServer {
-    let state = AppState::new(MemoryStore::new()).with_admin_token(Some("s3cret".into()));
-    TestServer::full(state).await
+    let parts = Parts::new(MemoryStore::new()).with_admin_token(Some("s3cret".into()));
+    TestServer::full(parts).await
 }
 
 /// The routes that show client data or the server's files.
@@ -236,8 +235,8 @@ async fn a_denied_key_is_listed_in_stats_truncated_to_64_characters() {
 async fn config_lists_the_rules_in_force_with_their_file_and_load_time() {
     let (_dir, file) = temp_rules("demo.yaml", RULES);
     let live = LiveConfig::load(vec![file.clone()], LoadOptions::default()).unwrap();
-    let state = AppState::new(MemoryStore::new()).with_config(live.current());
-    let server = TestServer::full(state).await;
+    let parts = Parts::new(MemoryStore::new()).with_config(live.current());
+    let server = TestServer::full(parts).await;
     let config = server.get("/v1/config").await.json();
     assert!(config["loaded_at_ms"].as_u64().unwrap() > 0);
     let domain = &config["domains"][0];
@@ -255,8 +254,8 @@ async fn config_lists_the_rules_in_force_with_their_file_and_load_time() {
 async fn a_refused_reload_is_shown_in_stats_with_its_error() {
     let (_dir, file) = temp_rules("demo.yaml", RULES);
     let live = LiveConfig::load(vec![file.clone()], LoadOptions::default()).unwrap();
-    let state = AppState::new(MemoryStore::new()).with_config(live.current());
-    let server = TestServer::full(state).await;
+    let parts = Parts::new(MemoryStore::new()).with_config(live.current());
+    let server = TestServer::full(parts).await;
     std::fs::write(
         &file,
         "domain: demo\ndescriptors:\n  - key: a\n    ratelimit: {}\n",
@@ -282,9 +281,9 @@ async fn stats_count_check_decisions_per_configured_limit_each_second() {
     let rules = "domain: counted\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
     let (_dir, file) = temp_rules("counted.yaml", rules);
     let live = LiveConfig::load(vec![file], LoadOptions::default()).unwrap();
-    let config: Arc<ArcSwap<_>> = live.current();
-    let state = AppState::new(MemoryStore::new()).with_config(config);
-    let server = TestServer::full(state).await;
+    let config: CurrentConfig = live.current();
+    let parts = Parts::new(MemoryStore::new()).with_config(config);
+    let server = TestServer::full(parts).await;
     for _ in 0..8 {
         server
             .post_json("/v1/check", &check_body("counted", "198.51.100.1"))

@@ -11,7 +11,7 @@ use common::{StoreKind, TestServer};
 use http::StatusCode;
 use serde_json::json;
 use slidegate::{MemoryStore, Rule};
-use slidegate_server::api::http::AppState;
+use slidegate_server::commands::parts::Parts;
 use slidegate_server::keys::adhoc_key;
 
 fn body(key: &str, max_wait_ms: u64) -> String {
@@ -91,7 +91,7 @@ fn busiest_window(admissions: &[(u64, u64)], window: u64) -> u64 {
 #[tokio::test]
 async fn nine_waiting_requests_on_three_per_second_pass_in_three_groups() {
     let store = MemoryStore::new();
-    let server = TestServer::full(AppState::new(store.clone())).await;
+    let server = TestServer::full(Parts::new(store.clone())).await;
     let (waited, first_sent) = nine_waiters(&[server.addr], "k").await;
     assert_three_groups(&waited, first_sent);
     // In the store's own log: each waiter took the time at which the
@@ -126,7 +126,7 @@ async fn waiting_requests_pass_in_groups_of_the_limit(kind: StoreKind) {
 #[tokio::test]
 async fn a_request_that_would_wait_too_long_is_refused_at_once() {
     let store = MemoryStore::new();
-    let server = TestServer::full(AppState::new(store.clone())).await;
+    let server = TestServer::full(Parts::new(store.clone())).await;
     for _ in 0..3 {
         let reply = server.post_json("/v1/acquire", &body("k", 0)).await;
         assert_eq!(reply.status, StatusCode::OK);
@@ -148,9 +148,9 @@ async fn a_request_that_would_wait_too_long_is_refused_at_once() {
 
 #[tokio::test]
 async fn requests_beyond_max_waiting_get_503_too_many_waiting() {
-    let state = AppState::new(MemoryStore::new()).with_max_waiting(1);
-    let waiting = state.waiting().clone();
-    let server = TestServer::full(state).await;
+    let parts = Parts::new(MemoryStore::new()).with_max_waiting(1);
+    let waiting = parts.waiting().clone();
+    let server = TestServer::full(parts).await;
     for _ in 0..3 {
         server.post_json("/v1/acquire", &body("k", 0)).await;
     }
@@ -176,9 +176,9 @@ async fn requests_beyond_max_waiting_get_503_too_many_waiting() {
 
 #[tokio::test]
 async fn a_client_that_leaves_while_waiting_gives_its_place_back() {
-    let state = AppState::new(MemoryStore::new());
-    let waiting = state.waiting().clone();
-    let server = TestServer::full(state).await;
+    let parts = Parts::new(MemoryStore::new());
+    let waiting = parts.waiting().clone();
+    let server = TestServer::full(parts).await;
     for _ in 0..3 {
         server.post_json("/v1/acquire", &body("k", 0)).await;
     }

@@ -41,7 +41,7 @@
 //! # Ok::<(), slidegate::Error>(())
 //! ```
 
-use std::fmt::Write as _;
+use std::borrow::Cow;
 
 use crate::decision::Decision;
 use crate::rate::Rule;
@@ -88,10 +88,32 @@ pub fn check_policy_name(name: &str) -> Result<(), InvalidPolicyName> {
 /// assert_eq!(slidegate::headers::default_policy_names(2), ["p0", "p1"]);
 /// ```
 pub fn default_policy_names(count: usize) -> Vec<String> {
+    (0..count)
+        .map(|index| default_policy_name(index, count).into_owned())
+        .collect()
+}
+
+/// The name of the unnamed rule `index` of `count` (see
+/// [`default_policy_names`]), without allocating for the first 16.
+///
+/// ```
+/// use slidegate::headers::default_policy_name;
+/// assert_eq!(default_policy_name(0, 1), "default");
+/// assert_eq!(default_policy_name(1, 3), "p1");
+/// assert_eq!(default_policy_name(20, 21), "p20");
+/// ```
+pub fn default_policy_name(index: usize, count: usize) -> Cow<'static, str> {
+    const NAMES: [&str; 16] = [
+        "p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "p13",
+        "p14", "p15",
+    ];
     if count == 1 {
-        return vec![DEFAULT_POLICY_NAME.to_owned()];
+        return Cow::Borrowed(DEFAULT_POLICY_NAME);
     }
-    (0..count).map(|i| format!("p{i}")).collect()
+    match NAMES.get(index) {
+        Some(name) => Cow::Borrowed(name),
+        None => Cow::Owned(format!("p{index}")),
+    }
 }
 
 /// A rule's window in whole seconds, rounded up: the `w` parameter.
@@ -121,18 +143,25 @@ pub fn retry_after(decision: &Decision) -> u64 {
 ///
 /// Names should have passed [`check_policy_name`]; bytes outside printable
 /// ASCII are dropped here rather than producing an invalid field.
-pub fn ratelimit_policy<'a>(policies: impl IntoIterator<Item = (&'a str, Rule)>) -> String {
-    let mut out = String::new();
-    for (i, (name, rule)) in policies.into_iter().enumerate() {
+pub fn ratelimit_policy<N: AsRef<str>>(policies: impl IntoIterator<Item = (N, Rule)>) -> String {
+    let policies = policies.into_iter();
+    let mut out = String::with_capacity(ITEM_BYTES * policies.size_hint().0.max(1));
+    for (i, (name, rule)) in policies.enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        push_sf_string(&mut out, name);
-        // Writing to a String cannot fail.
-        let _ = write!(out, ";q={};w={}", rule.limit(), window_secs(&rule));
+        push_sf_string(&mut out, name.as_ref());
+        out.push_str(";q=");
+        push_u64(&mut out, rule.limit());
+        out.push_str(";w=");
+        push_u64(&mut out, window_secs(&rule));
     }
     out
 }
+
+/// Room for one list item and its separator: the fields are written on
+/// every response, in one allocation when the names are short.
+const ITEM_BYTES: usize = 32;
 
 /// The `RateLimit` field value for the policy `name` that decided
 /// `decision`: `"p0";r=9;t=1`.
@@ -142,13 +171,16 @@ pub fn ratelimit(name: &str, decision: &Decision) -> String {
 
 /// The `RateLimit` field value for several policies, each with its own
 /// decision, in order: `"p0";r=1;t=1, "p1";r=2;t=60`.
-pub fn ratelimit_list<'a>(policies: impl IntoIterator<Item = (&'a str, &'a Decision)>) -> String {
-    let mut out = String::new();
-    for (i, (name, decision)) in policies.into_iter().enumerate() {
+pub fn ratelimit_list<'a, N: AsRef<str>>(
+    policies: impl IntoIterator<Item = (N, &'a Decision)>,
+) -> String {
+    let policies = policies.into_iter();
+    let mut out = String::with_capacity(ITEM_BYTES * policies.size_hint().0.max(1));
+    for (i, (name, decision)) in policies.enumerate() {
         if i > 0 {
             out.push_str(", ");
         }
-        push_sf_string(&mut out, name);
+        push_sf_string(&mut out, name.as_ref());
         out.push_str(";r=");
         push_state(&mut out, decision);
     }

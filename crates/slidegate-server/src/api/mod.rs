@@ -1,4 +1,6 @@
-//! The protocol fronts: they translate requests and call the limiter.
+//! The protocol fronts: each translates its wire into the limiter's terms,
+//! calls the [`Limiter`](crate::limiter::Limiter), and translates back.
 
 pub mod envoy;
+pub mod grpc;
 pub mod http;

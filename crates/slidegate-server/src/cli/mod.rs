@@ -16,7 +16,7 @@ use slidegate::store::resilient::FailurePolicy;
 use slidegate::{Algorithm, Rate};
 
 use crate::api::envoy::headers::ResponseHeaders;
-use crate::bounds::Bounds;
+use crate::bounds::RequestBounds;
 use crate::commands::bench::BenchArgs;
 use crate::commands::serve::ServeLimits;
 use crate::net::listen::{self, ConnectionLimits, GrpcLimits};
@@ -388,7 +388,7 @@ impl ServeArgs {
     }
 }
 
-/// The bounds on what one request may ask (see [`Bounds`]).
+/// The bounds on what one request may ask (see [`RequestBounds`]).
 #[derive(Clone, Debug, Args)]
 pub struct BoundsArgs {
     /// Most descriptors in one gRPC `ShouldRateLimit` or `POST /v1/check`;
@@ -397,7 +397,7 @@ pub struct BoundsArgs {
         long,
         value_name = "N",
         env = "SLIDEGATE_MAX_DESCRIPTORS",
-        default_value_t = Bounds::MAX_DESCRIPTORS,
+        default_value_t = RequestBounds::MAX_DESCRIPTORS,
         value_parser = at_least_one
     )]
     pub max_descriptors: usize,
@@ -407,7 +407,7 @@ pub struct BoundsArgs {
         long,
         value_name = "N",
         env = "SLIDEGATE_MAX_DESCRIPTOR_ENTRIES",
-        default_value_t = Bounds::MAX_DESCRIPTOR_ENTRIES,
+        default_value_t = RequestBounds::MAX_DESCRIPTOR_ENTRIES,
         value_parser = at_least_one
     )]
     pub max_descriptor_entries: usize,
@@ -418,7 +418,7 @@ pub struct BoundsArgs {
         long,
         value_name = "N",
         env = "SLIDEGATE_MAX_ADHOC_LIMIT",
-        default_value_t = Bounds::MAX_ADHOC_LIMIT,
+        default_value_t = RequestBounds::MAX_ADHOC_LIMIT,
         value_parser = clap::value_parser!(u64).range(1..=Rate::MAX_LIMIT)
     )]
     pub max_adhoc_limit: u64,
@@ -435,9 +435,9 @@ pub struct BoundsArgs {
     pub max_adhoc_window: Duration,
 }
 
-impl From<&BoundsArgs> for Bounds {
-    fn from(args: &BoundsArgs) -> Bounds {
-        Bounds {
+impl From<&BoundsArgs> for RequestBounds {
+    fn from(args: &BoundsArgs) -> RequestBounds {
+        RequestBounds {
             max_descriptors: args.max_descriptors,
             max_descriptor_entries: args.max_descriptor_entries,
             max_adhoc_limit: args.max_adhoc_limit,
@@ -749,7 +749,7 @@ mod tests {
     #[test]
     fn bounds_have_flags_and_defaults() {
         let args = serve(&[]).unwrap();
-        assert_eq!(Bounds::from(&args.bounds), Bounds::default());
+        assert_eq!(RequestBounds::from(&args.bounds), RequestBounds::default());
         let args = serve(&[
             "--max-descriptors",
             "8",
@@ -761,7 +761,7 @@ mod tests {
             "1h",
         ])
         .unwrap();
-        let bounds = Bounds::from(&args.bounds);
+        let bounds = RequestBounds::from(&args.bounds);
         assert_eq!(
             (bounds.max_descriptors, bounds.max_descriptor_entries),
             (8, 4)

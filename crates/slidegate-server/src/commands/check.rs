@@ -3,8 +3,9 @@
 use anyhow::Context;
 use slidegate::Rule;
 
+use crate::api::http::DecisionBody;
 use crate::cli::CheckArgs;
-use crate::limiter::adhoc::{self, DecisionBody};
+use crate::limiter::adhoc;
 use crate::store::backend::Backend;
 
 /// Decides once and prints the decision as one line of JSON on stdout

@@ -2,4 +2,5 @@
 
 pub mod bench;
 pub mod check;
+pub mod parts;
 pub mod serve;

@@ -1,25 +1,22 @@
-//! `slidegate serve`: bind, serve HTTP and gRPC, reload the rules, stop
-//! gracefully.
+//! `slidegate serve`: the one place where the parts are put together:
+//! the store, the rules and their reloads, the telemetry, both fronts
+//! and both listeners; then serving until a signal, and a graceful stop.
 
 use std::future::Future;
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
 use slidegate::Store;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
-use tower::ServiceExt;
 
-use crate::api::http::{self, AppState};
+use super::parts::Parts;
+use crate::api;
 use crate::cli::ServeArgs;
 use crate::net::grpc;
-use crate::net::listen::{Acceptor, Conn, ConnectionLimits, GrpcLimits, Protocol};
+use crate::net::http1::{self, DEFAULT_SHUTDOWN_GRACE};
+use crate::net::listen::{ConnectionLimits, GrpcLimits};
 use crate::rules::{LiveConfig, LoadOptions};
 use crate::store::backend::Backend;
 
@@ -55,16 +52,20 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
         None => None,
     };
     let admin_token = args.admin_token()?;
+    let kind = backend.kind();
     let probe = backend.clone();
-    crate::telemetry::stats::global().set_store_probe(move || probe.status());
-    let mut state = AppState::new(backend.clone())
+    let mut parts = Parts::new(backend)
         .with_admin_token(admin_token)
         .with_bounds((&args.bounds).into())
         .with_response_headers(args.response_headers)
         .with_max_waiting(args.max_waiting)
         .with_metrics(metrics);
+    parts
+        .telemetry()
+        .stats()
+        .set_store_probe(move || probe.status());
     if let Some(live) = &live {
-        state = state.with_config(live.current());
+        parts = parts.with_config(live.current());
     }
     let http_listener = TcpListener::bind(&args.http_addr)
         .await
@@ -75,7 +76,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
     tracing::info!(
         http_addr = %http_listener.local_addr()?,
         grpc_addr = %grpc_listener.local_addr()?,
-        store = backend.kind(),
+        store = kind,
         rules = ?args.config,
         "slidegate is serving"
     );
@@ -86,7 +87,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
         signal.await;
         let _ = signalled.send(std::time::Instant::now());
     };
-    serve_both_with(http_listener, grpc_listener, state, limits, shutdown).await?;
+    serve_both_with(http_listener, grpc_listener, parts, limits, shutdown).await?;
     upkeep.abort();
     tracing::info!("slidegate stopped");
     let stopped_at = signal_time
@@ -94,15 +95,6 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
         .unwrap_or_else(|_| std::time::Instant::now());
     Ok(stopped_at + limits.shutdown_grace)
 }
-
-/// How long a stop waits for the requests in flight by default
-/// (`--shutdown-grace`).
-pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
-/// The largest buffer an HTTP/1 connection keeps: a request head must fit
-/// in it (a larger one gets 431), and it bounds each idle connection's
-/// memory. hyper's default is about 400 KiB.
-const HTTP_MAX_BUFFER_BYTES: usize = 64 * 1024;
 
 /// The bounds of both listeners and of a stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,31 +118,32 @@ impl Default for ServeLimits {
     }
 }
 
-/// Serves the HTTP API and the gRPC services with the default
+/// Serves the HTTP API and the gRPC services of `parts` with the default
 /// [`ServeLimits`]; see [`serve_both_with`].
-pub async fn serve_both<S: Store + Clone + 'static>(
+pub async fn serve_both<S: Store + 'static>(
     http_listener: TcpListener,
     grpc_listener: TcpListener,
-    state: AppState<S>,
+    parts: Parts<S>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     serve_both_with(
         http_listener,
         grpc_listener,
-        state,
+        parts,
         ServeLimits::default(),
         shutdown,
     )
     .await
 }
 
-/// Serves the HTTP API and the gRPC services until `shutdown` completes;
-/// then both stop accepting, answer what is in flight for at most
-/// `limits.shutdown_grace`, close what is left, and return.
-pub async fn serve_both_with<S: Store + Clone + 'static>(
+/// Serves the HTTP API and the gRPC services of `parts` until `shutdown`
+/// completes; then both stop accepting, answer what is in flight for at
+/// most `limits.shutdown_grace`, close what is left, and return. The
+/// status page's sampler and the gRPC health prober run meanwhile.
+pub async fn serve_both_with<S: Store + 'static>(
     http_listener: TcpListener,
     grpc_listener: TcpListener,
-    state: AppState<S>,
+    parts: Parts<S>,
     limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -159,19 +152,16 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
         shutdown.await;
         let _ = stop.send(true);
     });
-    let store = (**state.store()).clone();
-    let config = Arc::clone(state.config());
-    let _sampler = crate::telemetry::stats::spawn_sampler(
-        crate::telemetry::stats::global(),
-        Arc::clone(&config),
-        store.clone(),
-    );
-    let bounds = *state.bounds();
-    let response_headers = state.response_headers();
+    let store = Arc::clone(parts.limiter().store());
+    let _sampler = parts
+        .telemetry()
+        .spawn_sampler(parts.limiter().config().clone(), Arc::clone(&store));
+    let (health, prober) = api::grpc::health_service(store, stopped.clone());
+    let routes = api::grpc::routes(parts.grpc(), health, limits.grpc.max_message_bytes);
     let grace = limits.shutdown_grace;
-    let http = serve_with(
+    let http = http1::serve_with(
         http_listener,
-        http::router(state),
+        api::http::router(parts.http()),
         limits.http,
         grace,
         wait(stopped.clone()),
@@ -179,15 +169,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
     let grpc = async {
         // tonic waits for its connections without a bound: past the
         // grace, stop waiting (the process exits, which closes them).
-        let serve = grpc::serve(
-            grpc_listener,
-            config,
-            store,
-            limits.grpc,
-            bounds,
-            response_headers,
-            wait(stopped.clone()),
-        );
+        let serve = grpc::serve(grpc_listener, routes, limits.grpc, wait(stopped.clone()));
         tokio::select! {
             result = serve => result,
             () = after_grace(wait(stopped), grace) => {
@@ -197,6 +179,7 @@ pub async fn serve_both_with<S: Store + Clone + 'static>(
         }
     };
     let (http, grpc) = tokio::join!(http, grpc);
+    let _ = prober.await;
     http.context("the HTTP server failed")?;
     grpc.context("the gRPC server failed")?;
     Ok(())
@@ -210,98 +193,6 @@ async fn wait(mut stopped: watch::Receiver<bool>) {
 async fn after_grace(stop: impl Future<Output = ()>, grace: Duration) {
     stop.await;
     tokio::time::sleep(grace).await;
-}
-
-/// Serves `app` on `listener` with the default [`ConnectionLimits`] and
-/// shutdown grace; see [`serve_with`].
-pub async fn serve(
-    listener: TcpListener,
-    app: axum::Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
-    serve_with(
-        listener,
-        app,
-        ConnectionLimits::default(),
-        DEFAULT_SHUTDOWN_GRACE,
-        shutdown,
-    )
-    .await
-}
-
-/// Serves `app` over HTTP/1.1 on `listener` within `limits` until
-/// `shutdown` completes; then stops accepting, lets the requests in flight
-/// finish for at most `grace`, closes the connections still open, and
-/// returns. Requests carry the peer's address as axum's
-/// `ConnectInfo<SocketAddr>`.
-pub async fn serve_with(
-    listener: TcpListener,
-    app: axum::Router,
-    limits: ConnectionLimits,
-    grace: Duration,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
-    let acceptor = Acceptor::new(listener, limits, Protocol::Http1);
-    let (stop, stopped) = watch::channel(false);
-    let mut connections = JoinSet::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            conn = acceptor.accept() => {
-                connections.spawn(serve_connection(conn, app.clone(), wait(stopped.clone())));
-                while connections.try_join_next().is_some() {}
-            }
-        }
-    }
-    // Closing the listening socket refuses new connections at once.
-    drop(acceptor);
-    let _ = stop.send(true);
-    let drained = tokio::time::timeout(grace, async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        tracing::warn!(
-            ?grace,
-            connections = connections.len(),
-            "HTTP connections still busy after the shutdown grace: closing them"
-        );
-        connections.shutdown().await;
-    }
-    Ok(())
-}
-
-/// Serves one HTTP/1.1 connection until it closes, or until `stop`
-/// completes and its request in flight (if any) is answered.
-async fn serve_connection(conn: Conn, app: axum::Router, stop: impl Future<Output = ()>) {
-    let peer = conn.peer();
-    let clock = conn.clock();
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
-        let guard = clock.request_started();
-        request.extensions_mut().insert(ConnectInfo(peer));
-        let answer = app.clone().oneshot(request);
-        async move {
-            let answer = answer.await;
-            drop(guard);
-            answer
-        }
-    });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder.max_buf_size(HTTP_MAX_BUFFER_BYTES);
-    let connection = builder.serve_connection(TokioIo::new(conn), service);
-    let mut connection = std::pin::pin!(connection);
-    let result = tokio::select! {
-        result = connection.as_mut() => result,
-        () = stop => {
-            // Closes an idle connection now, a busy one after its answer.
-            connection.as_mut().graceful_shutdown();
-            connection.await
-        }
-    };
-    if let Err(error) = result {
-        tracing::debug!(%peer, %error, "HTTP connection closed");
-    }
 }
 
 /// Completes on Ctrl-C (SIGINT) or, on Unix, SIGTERM.

@@ -1,47 +1,27 @@
-//! The gRPC listener: Envoy's rate limit service and the standard health
-//! service, served on each accepted connection (see [`listen`](crate::net::listen)
-//! for the caps and deadlines) by a tonic server of its own, so that one
+//! The gRPC listener: the gRPC routes (Envoy's rate limit service and the
+//! standard health service, see [`api::grpc`](crate::api::grpc)), served
+//! on each accepted connection (see [`listen`](crate::net::listen) for the
+//! caps and deadlines) by a tonic server of its own, so that one
 //! connection can be sent away (HTTP/2 GOAWAY) when it has been idle for
 //! the idle timeout or reaches its maximum age: tonic has no other way to
 //! send one connection away.
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use arc_swap::ArcSwap;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use slidegate::Store;
 use tokio::net::TcpListener;
-use tonic_health::ServingStatus;
-use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic::service::Routes;
 
-use crate::api::envoy::headers::ResponseHeaders;
-use crate::api::envoy::proto::RateLimitGrpc;
-use crate::bounds::Bounds;
 use crate::net::listen::{
     Acceptor, Conn, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES,
     GoAway, GrpcLimits, Protocol as ListenerProtocol, TrackRequests,
 };
-use crate::rules::RateLimitConfig;
 
 /// The gRPC services with the layers of every call.
 type Router = tonic::transport::server::Router<
     tower::layer::util::Stack<TrackRequests, tower::layer::util::Identity>,
 >;
 
-/// The name the health service reports the rate limit service under.
-const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
-
-/// The rate limit service and `health` within `limits`, as every
-/// connection serves them.
-fn router<S: Store + 'static>(
-    service: RateLimitGrpc<S>,
-    health: HealthServer<impl Health>,
-    limits: &GrpcLimits,
-) -> Router {
+/// `routes` within `limits`, as every connection serves them.
+fn router(routes: Routes, limits: &GrpcLimits) -> Router {
     let streams = limits.max_concurrent_streams;
-    let service =
-        RateLimitServiceServer::new(service).max_decoding_message_size(limits.max_message_bytes);
     // No `max_connection_age` here: each connection's own task sends it
     // away at that age (tonic's, with a grace, closes without GOAWAY).
     tonic::transport::Server::builder()
@@ -52,56 +32,26 @@ fn router<S: Store + 'static>(
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
         .layer(TrackRequests)
-        .add_service(health.max_decoding_message_size(limits.max_message_bytes))
-        .add_service(service)
+        .add_routes(routes)
 }
 
-/// Serves `ShouldRateLimit` and the standard health service on `listener`
-/// within `limits` until `shutdown` completes; then stops accepting, sends
-/// every connection GOAWAY, and returns once they have closed. Health says
-/// SERVING while the store is ready.
+/// Serves `routes` on `listener` within `limits` until `shutdown`
+/// completes; then stops accepting, sends every connection GOAWAY, and
+/// returns once they have closed.
 ///
 /// Each connection is served by a tonic server of its own, whose shutdown
 /// is that connection's GOAWAY: tonic has no other way to send one
 /// connection away, and one must go when it has been idle for the idle
 /// timeout (or reaches its maximum age), so that idle clients cannot hold
 /// the listener's connections.
-pub async fn serve<S: Store + Clone + 'static>(
+pub async fn serve(
     listener: TcpListener,
-    config: Arc<ArcSwap<RateLimitConfig>>,
-    store: S,
+    routes: Routes,
     limits: GrpcLimits,
-    bounds: Bounds,
-    response_headers: ResponseHeaders,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
-    let (reporter, health) = tonic_health::server::health_reporter();
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut prober_stopped = stopped.clone();
-    let probe_store = store.clone();
-    let prober = tokio::spawn(async move {
-        loop {
-            let ready = matches!(
-                tokio::time::timeout(Duration::from_secs(1), probe_store.ready()).await,
-                Ok(Ok(()))
-            );
-            let status = if ready {
-                ServingStatus::Serving
-            } else {
-                ServingStatus::NotServing
-            };
-            reporter.set_service_status("", status).await;
-            reporter.set_service_status(SERVICE_NAME, status).await;
-            tokio::select! {
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = prober_stopped.changed() => return,
-            }
-        }
-    });
-    let service = RateLimitGrpc::new(config, store)
-        .with_bounds(bounds)
-        .with_response_headers(response_headers);
-    let router = router(service, health, &limits);
+    let router = router(routes, &limits);
     let acceptor = Acceptor::new(listener, limits.connections, ListenerProtocol::Grpc);
     let mut connections = tokio::task::JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -119,7 +69,6 @@ pub async fn serve<S: Store + Clone + 'static>(
     drop(acceptor);
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
-    let _ = prober.await;
     Ok(())
 }
 
@@ -160,6 +109,8 @@ async fn serve_connection(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::net::listen::ConnectionLimits;
 
@@ -179,10 +130,7 @@ mod tests {
             },
             ListenerProtocol::Grpc,
         );
-        let (_, health) = tonic_health::server::health_reporter();
-        let config = Arc::new(ArcSwap::from_pointee(RateLimitConfig::default()));
-        let service = RateLimitGrpc::new(config, slidegate::MemoryStore::new());
-        let router = router(service, health, &limits);
+        let router = router(Routes::default(), &limits);
         let (_stop, stopped) = tokio::sync::watch::channel(false);
         let client = tokio::net::TcpStream::connect(addr).await.unwrap();
         let conn = acceptor.accept().await;

@@ -1,9 +1,8 @@
 //! Finding the limit of a request descriptor in a domain's tree.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use super::Limit;
+use super::limit::{Enforcement, Limit, Unit};
 use super::yaml::DescriptorSpec;
 use crate::keys::CounterKey;
 
@@ -15,8 +14,8 @@ type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 /// One level of descriptors: exact `key`/`value` pairs, wildcard values
 /// (in file order) and key-only defaults.
 #[derive(Debug, Default)]
-pub(crate) struct Level {
-    nodes: Vec<Node>,
+pub(super) struct Level {
+    nodes: Vec<DescriptorNode>,
     /// Exact values by key, then by value: found without copying the
     /// request's text into a composite key.
     exact: Map<String, Map<String, usize>>,
@@ -25,21 +24,25 @@ pub(crate) struct Level {
 }
 
 #[derive(Debug)]
-pub(crate) struct Node {
+pub(super) struct DescriptorNode {
     key: String,
     /// The configured value: a literal, or a pattern with `*` anywhere.
     value: Option<String>,
     /// The value is a pattern.
     wildcard: bool,
-    limit: Option<Arc<Limit>>,
+    limit: Option<Limit>,
     share_threshold: bool,
     value_to_metric: bool,
     children: Level,
 }
 
-impl Node {
-    pub(crate) fn new(spec: &DescriptorSpec, limit: Option<Arc<Limit>>, children: Level) -> Node {
-        Node {
+impl DescriptorNode {
+    pub(super) fn new(
+        spec: &DescriptorSpec,
+        limit: Option<Limit>,
+        children: Level,
+    ) -> DescriptorNode {
+        DescriptorNode {
             key: spec.key.clone(),
             value: spec.value.clone(),
             wildcard: spec.value.as_deref().is_some_and(|v| v.contains('*')),
@@ -58,7 +61,7 @@ impl Node {
 }
 
 impl Level {
-    pub(crate) fn contains(&self, key: &str, value: Option<&str>) -> bool {
+    pub(super) fn contains(&self, key: &str, value: Option<&str>) -> bool {
         match value {
             Some(v) => {
                 self.exact
@@ -72,7 +75,7 @@ impl Level {
         }
     }
 
-    pub(crate) fn insert(&mut self, node: Node) {
+    pub(super) fn insert(&mut self, node: DescriptorNode) {
         let index = self.nodes.len();
         match &node.value {
             None => {
@@ -89,7 +92,7 @@ impl Level {
         self.nodes.push(node);
     }
 
-    fn find(&self, key: &str, value: &str) -> Option<&Node> {
+    fn find(&self, key: &str, value: &str) -> Option<&DescriptorNode> {
         let index = self
             .exact
             .get(key)
@@ -107,7 +110,7 @@ impl Level {
 
 impl Level {
     /// Calls `f` with every limit of this level and below, in file order.
-    pub(crate) fn for_each_limit<'a>(&'a self, f: &mut impl FnMut(&'a Arc<Limit>)) {
+    pub(super) fn for_each_limit<'a>(&'a self, f: &mut impl FnMut(&'a Limit)) {
         for node in &self.nodes {
             if let Some(limit) = &node.limit {
                 f(limit);
@@ -117,7 +120,7 @@ impl Level {
     }
 
     /// The descriptors of this level and below as JSON, in file order.
-    pub(crate) fn to_json(&self) -> serde_json::Value {
+    pub(super) fn to_json(&self) -> serde_json::Value {
         self.nodes
             .iter()
             .map(|node| {
@@ -144,7 +147,6 @@ impl Level {
 }
 
 fn limit_json(limit: &Limit) -> serde_json::Value {
-    use super::{Enforcement, Unit};
     let mut json = serde_json::json!({
         "requests_per_unit": limit.requests_per_unit,
         "stats_key": limit.full_key,
@@ -190,7 +192,7 @@ fn limit_json(limit: &Limit) -> serde_json::Value {
 #[derive(Debug, Clone)]
 pub struct Matched<'a> {
     /// The limit.
-    pub limit: &'a Arc<Limit>,
+    pub limit: &'a Limit,
     /// The store key of its counter ([`CounterKey::configured`]): the
     /// domain and each entry, with the wildcard pattern in place of the
     /// value where `share_threshold` makes every matching value share one
@@ -208,8 +210,8 @@ pub struct Matched<'a> {
 fn walk<'a, K, V>(
     root: &'a Level,
     entries: &[(K, V)],
-    mut visit: impl FnMut(&str, &'a Node),
-) -> Option<&'a Node>
+    mut visit: impl FnMut(&str, &'a DescriptorNode),
+) -> Option<&'a DescriptorNode>
 where
     K: AsRef<str>,
     V: AsRef<str>,
@@ -230,7 +232,7 @@ where
     None
 }
 
-pub(crate) fn lookup<'a, K, V>(
+pub(super) fn lookup<'a, K, V>(
     root: &'a Level,
     domain: &str,
     entries: &[(K, V)],
@@ -283,7 +285,7 @@ where
 
 /// `*` matches any run of characters (possibly empty); everything else
 /// matches itself.
-pub(crate) fn glob(pattern: &str, text: &str) -> bool {
+pub(super) fn glob(pattern: &str, text: &str) -> bool {
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;

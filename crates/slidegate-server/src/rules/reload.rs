@@ -27,12 +27,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use notify::RecursiveMode;
 use notify::event::{AccessKind, AccessMode, EventKind, ModifyKind};
 use notify_debouncer_full::{DebounceEventResult, Debouncer, RecommendedCache, new_debouncer};
 
-use super::{ConfigError, LoadOptions, RateLimitConfig, read_sources};
+use super::current::CurrentConfig;
+use super::error::ConfigError;
+use super::files::read_sources;
+use super::set::{LoadOptions, RateLimitConfig};
 
 /// Counts of reload attempts, for metrics and tests.
 #[derive(Debug, Default)]
@@ -87,7 +89,7 @@ pub struct LiveConfig {
     paths: Vec<PathBuf>,
     options: LoadOptions,
     allow_empty: bool,
-    current: Arc<ArcSwap<RateLimitConfig>>,
+    current: CurrentConfig,
     /// The sources of the rules in force; held through a reload, so two
     /// reloads never interleave.
     in_force: Mutex<Fingerprint>,
@@ -123,15 +125,15 @@ impl LiveConfig {
             paths,
             options,
             allow_empty,
-            current: Arc::new(ArcSwap::from_pointee(config)),
+            current: CurrentConfig::new(config),
             in_force: Mutex::new(Fingerprint::of(&sources)),
             counts: Arc::default(),
         })
     }
 
     /// The rules in use (what requests are decided against).
-    pub fn current(&self) -> Arc<ArcSwap<RateLimitConfig>> {
-        Arc::clone(&self.current)
+    pub fn current(&self) -> CurrentConfig {
+        self.current.clone()
     }
 
     /// Reload counts.
@@ -178,7 +180,7 @@ impl LiveConfig {
                     %error,
                     "config reload refused: a file is unreadable or bad; the previous rules stay in force"
                 );
-                crate::telemetry::stats::global().reload_refused("error", error.to_string());
+                self.current.refused("error", error.to_string());
                 return Err(error);
             }
         };
@@ -199,7 +201,7 @@ impl LiveConfig {
                 domains = ?in_force_domains,
                 "config reload refused: it would remove domains in force (pass --allow-empty-config to allow it); the previous rules stay in force"
             );
-            crate::telemetry::stats::global().reload_refused(
+            self.current.refused(
                 "refused",
                 format!(
                     "it would remove the domains in force {removed:?} (pass --allow-empty-config to allow it)"
@@ -207,7 +209,7 @@ impl LiveConfig {
             );
             return Ok(ReloadOutcome::Refused { removed });
         }
-        self.current.store(Arc::new(config));
+        self.current.store(config);
         *in_force = fingerprint;
         self.counts.ok.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("slidegate_config_reloads_total", "result" => "ok").increment(1);

@@ -9,7 +9,7 @@ use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, Spanned};
 use slidegate::{Algorithm, Rate};
 
-use super::ConfigError;
+use super::error::ConfigError;
 
 /// Every key a config file may use. `metadata` holds free-form data that
 /// is not checked.
@@ -45,11 +45,11 @@ enum Yaml {
     Int(i128),
     Float(f64),
     Str(String),
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
+    Seq(Vec<SpannedYaml>),
+    Map(Vec<(SpannedYaml, SpannedYaml)>),
 }
 
-type Node = Spanned<Yaml>;
+type SpannedYaml = Spanned<Yaml>;
 
 impl<'de> Deserialize<'de> for Yaml {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -100,15 +100,15 @@ impl<'de> Visitor<'de> for YamlVisitor {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
         let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<Node>()? {
+        while let Some(item) = seq.next_element::<SpannedYaml>()? {
             items.push(item);
         }
         Ok(Yaml::Seq(items))
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
         let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<Node>()? {
-            let value = map.next_value::<Node>()?;
+        while let Some(key) = map.next_key::<SpannedYaml>()? {
+            let value = map.next_value::<SpannedYaml>()?;
             entries.push((key, value));
         }
         Ok(Yaml::Map(entries))
@@ -230,7 +230,7 @@ pub(crate) struct RateLimitSpec {
 
 /// Parses and checks one file. `name` is used in error messages.
 pub(crate) fn parse_file(name: &str, text: &str) -> Result<FileSpec, ConfigError> {
-    let root: Node = if text.trim().is_empty() {
+    let root: SpannedYaml = if text.trim().is_empty() {
         Spanned::new(Yaml::Null, Location::UNKNOWN, Location::UNKNOWN)
     } else {
         serde_saphyr::from_str(text).map_err(|e| syntax_error(name, &e))?
@@ -289,7 +289,7 @@ struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    fn error(&self, at: &Node, message: impl Into<String>) -> ConfigError {
+    fn error(&self, at: &SpannedYaml, message: impl Into<String>) -> ConfigError {
         let known = at.referenced.line() > 0;
         ConfigError {
             file: self.file.to_owned(),
@@ -301,7 +301,7 @@ impl Reader<'_> {
 
     /// envoyproxy/ratelimit's key check: every key a known string, every
     /// list a list of maps, recursively (but not inside `metadata`).
-    fn check_keys(&self, entries: &[(Node, Node)]) -> Result<(), ConfigError> {
+    fn check_keys(&self, entries: &[(SpannedYaml, SpannedYaml)]) -> Result<(), ConfigError> {
         for (key, value) in entries {
             let Yaml::Str(name) = &key.value else {
                 return Err(self.error(
@@ -343,7 +343,7 @@ impl Reader<'_> {
         Ok(())
     }
 
-    fn file(&self, root: &Node) -> Result<FileSpec, ConfigError> {
+    fn file(&self, root: &SpannedYaml) -> Result<FileSpec, ConfigError> {
         let fields = Fields::of(root);
         let domain = self
             .string(fields.get("domain"), "domain")?
@@ -355,7 +355,7 @@ impl Reader<'_> {
         })
     }
 
-    fn descriptors(&self, node: Option<&Node>) -> Result<Vec<DescriptorSpec>, ConfigError> {
+    fn descriptors(&self, node: Option<&SpannedYaml>) -> Result<Vec<DescriptorSpec>, ConfigError> {
         let Some(node) = node else {
             return Ok(Vec::new());
         };
@@ -372,7 +372,7 @@ impl Reader<'_> {
         }
     }
 
-    fn descriptor(&self, node: &Node) -> Result<DescriptorSpec, ConfigError> {
+    fn descriptor(&self, node: &SpannedYaml) -> Result<DescriptorSpec, ConfigError> {
         let fields = Fields::of(node);
         Ok(DescriptorSpec {
             key: self.string(fields.get("key"), "key")?.unwrap_or_default(),
@@ -394,7 +394,7 @@ impl Reader<'_> {
         })
     }
 
-    fn rate_limit(&self, node: &Node) -> Result<RateLimitSpec, ConfigError> {
+    fn rate_limit(&self, node: &SpannedYaml) -> Result<RateLimitSpec, ConfigError> {
         if !matches!(node.value, Yaml::Map(_) | Yaml::Null) {
             return Err(self.error(
                 node,
@@ -491,7 +491,11 @@ impl Reader<'_> {
 
     /// A scalar read as text (numbers and booleans too, as YAML allows
     /// `value: 200`).
-    fn string(&self, node: Option<&Node>, what: &str) -> Result<Option<String>, ConfigError> {
+    fn string(
+        &self,
+        node: Option<&SpannedYaml>,
+        what: &str,
+    ) -> Result<Option<String>, ConfigError> {
         let Some(node) = node else { return Ok(None) };
         match &node.value {
             Yaml::Null => Ok(None),
@@ -504,7 +508,7 @@ impl Reader<'_> {
         }
     }
 
-    fn flag(&self, node: Option<&Node>, what: &str) -> Result<bool, ConfigError> {
+    fn flag(&self, node: Option<&SpannedYaml>, what: &str) -> Result<bool, ConfigError> {
         let Some(node) = node else { return Ok(false) };
         match &node.value {
             Yaml::Null => Ok(false),
@@ -519,7 +523,7 @@ impl Reader<'_> {
         }
     }
 
-    fn count(&self, node: Option<&Node>, what: &str) -> Result<u64, ConfigError> {
+    fn count(&self, node: Option<&SpannedYaml>, what: &str) -> Result<u64, ConfigError> {
         let Some(node) = node else { return Ok(0) };
         match &node.value {
             Yaml::Null => Ok(0),
@@ -539,10 +543,10 @@ impl Reader<'_> {
 }
 
 /// The fields of a map node by name (the last one wins on duplicates).
-struct Fields<'a>(Vec<(&'a str, &'a Node)>);
+struct Fields<'a>(Vec<(&'a str, &'a SpannedYaml)>);
 
 impl<'a> Fields<'a> {
-    fn of(node: &'a Node) -> Fields<'a> {
+    fn of(node: &'a SpannedYaml) -> Fields<'a> {
         match &node.value {
             Yaml::Map(entries) => Fields(
                 entries
@@ -557,7 +561,7 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn get(&self, name: &str) -> Option<&'a Node> {
+    fn get(&self, name: &str) -> Option<&'a SpannedYaml> {
         self.0
             .iter()
             .rev()

@@ -18,7 +18,7 @@ use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{Decision, Error, Hit, MemoryStore, Rule, Store};
 
 use crate::cli::{ClockMode, CoalesceMode, StoreArgs};
-use crate::telemetry::metrics::Instrumented;
+use crate::telemetry::store_calls::Instrumented;
 
 /// A parsed `--store` value.
 #[derive(Clone, PartialEq, Eq)]
@@ -457,15 +457,6 @@ mod tests {
                 (true, 3, false)
             );
         }
-    }
-
-    #[test]
-    fn too_many_rules_is_an_invalid_argument_over_grpc() {
-        let error = crate::limiter::check::CheckError::Store(Error::TooManyRules { max: 16 });
-        assert_eq!(
-            crate::api::envoy::proto::status_of(&error).code(),
-            tonic::Code::InvalidArgument
-        );
     }
 
     #[tokio::test]

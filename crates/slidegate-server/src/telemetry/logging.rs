@@ -11,7 +11,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::spans::Otlp;
+use super::otlp::{self, Otlp};
 
 /// How log lines are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -29,7 +29,7 @@ pub fn init(format: LogFormat) -> anyhow::Result<()> {
 }
 
 /// [`init`], and with `otlp_endpoint`, spans exported over OTLP (see
-/// [`tracing_otlp`](crate::spans)); must then run inside a tokio
+/// [`otlp`](super::otlp)); must then run inside a tokio
 /// runtime. The returned exporter flushes on [`Otlp::shutdown`].
 pub fn init_with(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Option<Otlp>> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
@@ -58,7 +58,7 @@ pub fn init_with(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Resu
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().boxed(),
     };
-    let (otlp, otel) = crate::spans::start(endpoint)?;
+    let (otlp, otel) = otlp::start(endpoint)?;
     tracing_subscriber::registry()
         .with(fmt.with_filter(filter))
         .with(otel)

@@ -11,8 +11,9 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{MemoryStore, Store};
-use slidegate_server::api::http::{AppState, router};
+use slidegate_server::api::http::router;
 use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
+use slidegate_server::commands::parts::Parts;
 use slidegate_server::store::backend::{Backend, StoreUrl};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -127,14 +128,10 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let app = router(AppState::new(store));
-        let task = tokio::spawn(slidegate_server::commands::serve::serve(
-            listener,
-            app,
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let app = router(Parts::new(store).http());
+        let task = tokio::spawn(slidegate_server::net::http1::serve(listener, app, async {
+            let _ = stopped.await;
+        }));
         TestServer {
             addr,
             grpc_addr: None,
@@ -144,14 +141,14 @@ impl TestServer {
         }
     }
 
-    /// HTTP and gRPC, as `slidegate serve` runs them, with `state`.
-    pub async fn full<S: Store + Clone + 'static>(state: AppState<S>) -> TestServer {
+    /// HTTP and gRPC, as `slidegate serve` runs them, made of `parts`.
+    pub async fn full<S: Store + 'static>(parts: Parts<S>) -> TestServer {
         let http = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let grpc = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (addr, grpc_addr) = (http.local_addr().unwrap(), grpc.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            slidegate_server::commands::serve::serve_both(http, grpc, state, async {
+            slidegate_server::commands::serve::serve_both(http, grpc, parts, async {
                 let _ = stopped.await;
             })
             .await

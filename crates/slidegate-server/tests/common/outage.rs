@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use http::StatusCode;
 use slidegate::store::resilient::FailurePolicy;
-use slidegate_server::api::http::AppState;
+use slidegate_server::commands::parts::Parts;
 use slidegate_server::rules::{LiveConfig, LoadOptions};
 use slidegate_server::store::backend::StoreUrl;
 
@@ -114,11 +114,11 @@ pub async fn in_process_with(
         timeout.as_millis() as u64,
     )
     .await;
-    let mut state = AppState::new(backend).with_config(live.current());
+    let mut parts = Parts::new(backend).with_config(live.current());
     if let Some(handle) = handle {
-        state = state.with_metrics(handle);
+        parts = parts.with_metrics(handle);
     }
-    TestServer::full(state).await.keeping(dir)
+    TestServer::full(parts).await.keeping(dir)
 }
 
 pub fn assert_no_failures(what: &str, samples: &[Sample]) {

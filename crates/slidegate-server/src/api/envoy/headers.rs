@@ -18,9 +18,10 @@
 //! [`slidegate::headers`].
 
 use slidegate::headers;
-use slidegate::{Decision, Rate, Rule};
+use slidegate::{Decision, Rule};
 
-use crate::limiter::check::{CheckResponse, Code, MetricName, Outcome};
+use crate::limiter::check::{CheckResponse, Code, MetricName, Verdict};
+use crate::rules::Enforcement;
 
 /// Which rate limit header fields answers carry.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -44,7 +45,7 @@ const MAX_NAME_BYTES: usize = 128;
 pub fn fields(
     mode: ResponseHeaders,
     domain: &str,
-    response: &CheckResponse,
+    response: &CheckResponse<'_>,
 ) -> Vec<(&'static str, String)> {
     if mode == ResponseHeaders::Off {
         return Vec::new();
@@ -52,36 +53,29 @@ pub fn fields(
     let mut names: Vec<String> = Vec::new();
     let mut policies: Vec<Rule> = Vec::new();
     let mut decisions: Vec<Decision> = Vec::new();
-    for (status, (outcome, metric)) in response.statuses.iter().zip(&response.outcomes) {
-        let enforced = matches!(outcome, Outcome::Allowed | Outcome::Denied);
-        let (Some(limit), true) = (&status.current_limit, enforced) else {
+    for status in &response.statuses {
+        if !matches!(status.verdict, Verdict::Allowed | Verdict::Denied) {
+            continue;
+        }
+        let (Some(limit), Some(decision)) = (status.limit.as_deref(), status.decision) else {
             continue;
         };
-        let name = match metric {
-            MetricName::Configured(l) | MetricName::Detailed(l, _) => {
-                if l.shadow_mode || l.quota_mode {
-                    continue;
-                }
-                policy_name(&l.full_key)
-            }
+        // A limit that never refuses (shadow, quota) or never lets
+        // anything pass (`requests_per_unit: 0`) is no quota policy.
+        let Enforcement::Rule(rule) = limit.enforcement else {
+            continue;
+        };
+        if limit.shadow_mode || limit.quota_mode {
+            continue;
+        }
+        let name = match status.metric {
+            MetricName::Configured | MetricName::Detailed(_) => policy_name(&limit.full_key),
             MetricName::Override => policy_name(&format!("{domain}.override")),
             MetricName::NoLimit => continue,
         };
-        let Ok(rate) = Rate::new(limit.requests_per_unit, limit.unit.duration()) else {
-            continue;
-        };
-        let name = unique(name, &names);
-        let wait = u64::try_from(status.duration_until_reset.as_micros()).unwrap_or(u64::MAX);
-        let denied = status.code == Code::OverLimit;
-        decisions.push(Decision::from_parts(
-            !denied,
-            limit.requests_per_unit,
-            status.limit_remaining,
-            if denied { wait } else { 0 },
-            wait,
-        ));
-        policies.push(Rule::new(rate));
-        names.push(name);
+        names.push(unique(name, &names));
+        policies.push(rule);
+        decisions.push(decision);
     }
     if names.is_empty() {
         return Vec::new();
@@ -131,31 +125,21 @@ fn unique(name: String, taken: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
+    use std::borrow::Cow;
     use std::time::Duration;
 
+    use slidegate::Rate;
+
     use super::*;
-    use crate::limiter::check::{CurrentLimit, DescriptorStatus};
-    use crate::rules::{Enforcement, Limit, Unit};
+    use crate::limiter::check::DescriptorStatus;
+    use crate::rules::{Limit, LimitId, Unit};
 
-    fn status(code: Code, limit: u64, remaining: u64, wait: Duration) -> DescriptorStatus {
-        DescriptorStatus {
-            code,
-            current_limit: Some(CurrentLimit {
-                name: None,
-                requests_per_unit: limit,
-                unit: Unit::Minute,
-            }),
-            limit_remaining: remaining,
-            duration_until_reset: wait,
-        }
-    }
-
-    fn configured(full_key: &str, shadow: bool) -> MetricName {
-        let rule = Rule::new(Rate::new(10, Duration::from_secs(60)).expect("a rate"));
-        MetricName::Configured(Arc::new(Limit {
-            enforcement: Enforcement::Rule(rule),
-            requests_per_unit: 10,
+    fn limit(full_key: &str, requests_per_unit: u64, shadow: bool) -> Limit {
+        let rate = Rate::new(requests_per_unit, Duration::from_secs(60)).expect("a rate");
+        Limit {
+            id: LimitId(0),
+            enforcement: Enforcement::Rule(Rule::new(rate)),
+            requests_per_unit,
             unit: Unit::Minute,
             name: None,
             replaces: Vec::new(),
@@ -163,39 +147,51 @@ mod tests {
             quota_mode: false,
             detailed_metric: false,
             full_key: full_key.to_owned(),
-            counters: Default::default(),
-            stats: Default::default(),
-        }))
+        }
     }
 
-    fn response(
-        overall: Code,
-        parts: Vec<(DescriptorStatus, Outcome, MetricName)>,
-    ) -> CheckResponse {
-        let mut response = CheckResponse {
+    /// A descriptor under `limit`, with what remains and the wait (the
+    /// retry when denied, the reset when allowed).
+    fn status(
+        verdict: Verdict,
+        limit: Limit,
+        metric: MetricName,
+        remaining: u64,
+        wait: Duration,
+    ) -> DescriptorStatus<'static> {
+        let wait = u64::try_from(wait.as_micros()).unwrap();
+        let allowed = verdict != Verdict::Denied;
+        let decision =
+            Decision::from_parts(allowed, limit.requests_per_unit, remaining, wait, wait);
+        DescriptorStatus {
+            limit: Some(Cow::Owned(limit)),
+            verdict,
+            decision: Some(decision),
+            metric,
+        }
+    }
+
+    fn response(overall: Code, statuses: Vec<DescriptorStatus<'static>>) -> CheckResponse<'static> {
+        CheckResponse {
             overall,
-            statuses: Vec::new(),
-            outcomes: Vec::new(),
+            statuses,
             known_domain: true,
             quota_violations: Vec::new(),
             quota_mode: false,
             degraded: false,
-        };
-        for (status, outcome, metric) in parts {
-            response.statuses.push(status);
-            response.outcomes.push((outcome, metric));
         }
-        response
     }
 
     #[test]
     fn off_adds_nothing() {
         let r = response(
             Code::Ok,
-            vec![(
-                status(Code::Ok, 10, 9, Duration::from_secs(60)),
-                Outcome::Allowed,
-                configured("api.path_/a", false),
+            vec![status(
+                Verdict::Allowed,
+                limit("api.path_/a", 10, false),
+                MetricName::Configured,
+                9,
+                Duration::from_secs(60),
             )],
         );
         assert!(fields(ResponseHeaders::Off, "api", &r).is_empty());
@@ -206,15 +202,19 @@ mod tests {
         let r = response(
             Code::Ok,
             vec![
-                (
-                    status(Code::Ok, 10, 9, Duration::from_millis(59_500)),
-                    Outcome::Allowed,
-                    configured("api.path_/a", false),
+                status(
+                    Verdict::Allowed,
+                    limit("api.path_/a", 10, false),
+                    MetricName::Configured,
+                    9,
+                    Duration::from_millis(59_500),
                 ),
-                (
-                    status(Code::Ok, 10, 3, Duration::from_secs(2)),
-                    Outcome::Allowed,
-                    configured("api.user", true),
+                status(
+                    Verdict::Allowed,
+                    limit("api.user", 10, true),
+                    MetricName::Configured,
+                    3,
+                    Duration::from_secs(2),
                 ),
             ],
         );
@@ -233,20 +233,26 @@ mod tests {
         let r = response(
             Code::OverLimit,
             vec![
-                (
-                    status(Code::Ok, 10, 4, Duration::from_secs(30)),
-                    Outcome::Allowed,
-                    configured("api.ip", false),
+                status(
+                    Verdict::Allowed,
+                    limit("api.ip", 10, false),
+                    MetricName::Configured,
+                    4,
+                    Duration::from_secs(30),
                 ),
-                (
-                    status(Code::OverLimit, 10, 0, Duration::from_millis(41_200)),
-                    Outcome::Denied,
-                    configured("api.ip", false),
+                status(
+                    Verdict::Denied,
+                    limit("api.ip", 10, false),
+                    MetricName::Configured,
+                    0,
+                    Duration::from_millis(41_200),
                 ),
-                (
-                    status(Code::OverLimit, 5, 0, Duration::from_secs(7)),
-                    Outcome::Denied,
+                status(
+                    Verdict::Denied,
+                    limit("", 5, false),
                     MetricName::Override,
+                    0,
+                    Duration::from_secs(7),
                 ),
             ],
         );

@@ -13,9 +13,10 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::api::envoy::proto::{unit_from_proto, unit_to_proto};
-use crate::bounds::Bounds;
-use crate::limiter::check::{CheckRequest, CheckResponse, Code, DescriptorRequest};
+use super::request::{DescriptorParts, InvalidCheck, WireDescriptor, check_request};
+use super::units::unit_to_proto;
+use crate::bounds::RequestBounds;
+use crate::limiter::check::{CheckRequest, CheckResponse, Code};
 
 /// `RateLimitRequest` in proto3 JSON.
 #[derive(Debug, Deserialize)]
@@ -118,9 +119,20 @@ fn optional_number<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Er
     }
 }
 
-/// A request that is valid JSON but not a valid check.
-#[derive(Debug, PartialEq, Eq)]
-pub struct InvalidCheck(pub String);
+impl WireDescriptor for DescriptorJson {
+    fn entry_count(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn into_parts(self) -> DescriptorParts {
+        DescriptorParts {
+            entries: self.entries.into_iter().map(|e| (e.key, e.value)).collect(),
+            limit: self.limit.map(|l| (l.requests_per_unit, l.unit.0)),
+            hits_addend: self.hits_addend,
+            is_negative_hits: self.is_negative_hits,
+        }
+    }
+}
 
 impl RateLimitRequestJson {
     /// Parses a request body: a JSON object (serde would also take a list).
@@ -140,51 +152,10 @@ impl RateLimitRequestJson {
         }
     }
 
-    /// The request in the service's terms, once its shape is within
+    /// The request in the limiter's terms, once its shape is within
     /// `bounds` (checked before anything else is read).
-    pub fn into_request(self, bounds: &Bounds) -> Result<CheckRequest, InvalidCheck> {
-        bounds
-            .check_descriptors(
-                self.descriptors.len(),
-                self.descriptors.iter().map(|d| d.entries.len()),
-            )
-            .map_err(|e| InvalidCheck(e.to_string()))?;
-        let descriptors = self
-            .descriptors
-            .into_iter()
-            .enumerate()
-            .map(|(i, d)| {
-                if d.is_negative_hits {
-                    return Err(InvalidCheck(format!(
-                        "descriptor {i}: negative hits are not supported (an exact log cannot give admissions back)"
-                    )));
-                }
-                let limit_override = d
-                    .limit
-                    .map(|l| {
-                        if u32::try_from(l.requests_per_unit).is_err() {
-                            return Err(InvalidCheck(format!(
-                                "descriptor {i}: the limit override's requestsPerUnit is a uint32, at most {}",
-                                u32::MAX
-                            )));
-                        }
-                        let unit = ProtoUnit::try_from(l.unit.0).ok().and_then(unit_from_proto);
-                        unit.map(|u| (l.requests_per_unit, u))
-                            .ok_or_else(|| InvalidCheck(format!("descriptor {i}: the limit override needs a known unit")))
-                    })
-                    .transpose()?;
-                Ok(DescriptorRequest {
-                    entries: d.entries.into_iter().map(|e| (e.key, e.value)).collect(),
-                    hits_addend: d.hits_addend,
-                    limit_override,
-                })
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(CheckRequest {
-            domain: self.domain,
-            descriptors,
-            hits_addend: self.hits_addend,
-        })
+    pub fn into_request(self, bounds: &RequestBounds) -> Result<CheckRequest, InvalidCheck> {
+        check_request(self.domain, self.descriptors, self.hits_addend, bounds)
     }
 }
 
@@ -194,7 +165,7 @@ pub struct RateLimitResponseJson(Value);
 
 impl RateLimitResponseJson {
     /// The body for `response`.
-    pub fn of(response: &CheckResponse) -> RateLimitResponseJson {
+    pub fn of(response: &CheckResponse<'_>) -> RateLimitResponseJson {
         let code = |c: Code| match c {
             Code::Ok => "OK",
             Code::OverLimit => "OVER_LIMIT",
@@ -204,8 +175,8 @@ impl RateLimitResponseJson {
             .iter()
             .map(|s| {
                 let mut status = Map::new();
-                status.insert("code".into(), json!(code(s.code)));
-                if let Some(limit) = &s.current_limit {
+                status.insert("code".into(), json!(code(s.code())));
+                if let Some(limit) = s.current_limit() {
                     let mut l = Map::new();
                     if let Some(name) = &limit.name {
                         l.insert("name".into(), json!(name));
@@ -217,10 +188,10 @@ impl RateLimitResponseJson {
                     );
                     status.insert("currentLimit".into(), Value::Object(l));
                 }
-                status.insert("limitRemaining".into(), json!(s.limit_remaining));
+                status.insert("limitRemaining".into(), json!(s.limit_remaining()));
                 status.insert(
                     "durationUntilReset".into(),
-                    json!(duration(s.duration_until_reset)),
+                    json!(duration(s.duration_until_reset())),
                 );
                 Value::Object(status)
             })
@@ -263,7 +234,8 @@ mod tests {
 
     fn parse(text: &str) -> Result<CheckRequest, String> {
         let json = RateLimitRequestJson::from_slice(text.as_bytes()).map_err(|e| e.to_string())?;
-        json.into_request(&Bounds::default()).map_err(|e| e.0)
+        json.into_request(&RequestBounds::default())
+            .map_err(|e| e.0)
     }
 
     #[test]
@@ -319,10 +291,10 @@ mod tests {
 
     #[test]
     fn descriptors_beyond_the_bounds_are_refused_before_reading_them() {
-        let bounds = Bounds {
+        let bounds = RequestBounds {
             max_descriptors: 1,
             max_descriptor_entries: 1,
-            ..Bounds::default()
+            ..RequestBounds::default()
         };
         let refuse = |text: &str| {
             let json = RateLimitRequestJson::from_slice(text.as_bytes()).unwrap();

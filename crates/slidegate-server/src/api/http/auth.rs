@@ -1,22 +1,90 @@
 //! The admin token check every protected route shares: `GET` and `DELETE
-//! /v1/keys/{key}`, the status page, `/v1/stats` and `/v1/config`.
+//! /v1/keys/{key}`, the status page, `/v1/stats` and `/v1/config`. Each
+//! takes one of the extractors here ([`KeyReader`], [`PageReader`],
+//! [`Admin`]) as its first argument, so the check runs before anything of
+//! the request is read; all three call [`refusal`].
 //!
 //! The token is accepted as `Authorization: Bearer TOKEN`, or as the
 //! password of HTTP Basic authentication (any user name), which a browser
 //! asks for and then sends with the page's own requests. The scheme's name
 //! is case-insensitive (RFC 9110, section 11.1): `bearer` and `BASIC` work.
 
+use axum::extract::FromRequestParts;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use http::request::Parts;
 use http::{HeaderMap, HeaderValue};
 
-use super::{ApiError, ErrorCode};
+use super::error::{ApiError, ErrorCode};
+use super::state::AppState;
+
+/// A request to a route that is open while no admin token is set, and
+/// needs it once one is (`GET /v1/keys/{key}`): an API client's, asked
+/// for a Bearer token.
+#[derive(Debug)]
+pub(super) struct KeyReader;
+
+/// Like [`KeyReader`], for the routes a browser opens (the status page,
+/// `/v1/stats`, `/v1/config`): asked for Basic credentials first.
+#[derive(Debug)]
+pub(super) struct PageReader;
+
+/// A request to an admin route (`DELETE /v1/keys/{key}`): refused 403
+/// while no admin token is set, and without the token once one is.
+#[derive(Debug)]
+pub(super) struct Admin;
+
+impl<S: Send + Sync> FromRequestParts<AppState<S>> for KeyReader {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState<S>) -> Result<Self, Response> {
+        match state.admin_token.as_deref() {
+            Some(token) => match refusal(token, &parts.headers, Challenge::Bearer) {
+                Some(refused) => Err(refused),
+                None => Ok(KeyReader),
+            },
+            None => Ok(KeyReader),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<AppState<S>> for PageReader {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState<S>) -> Result<Self, Response> {
+        match state.admin_token.as_deref() {
+            Some(token) => match refusal(token, &parts.headers, Challenge::Browser) {
+                Some(refused) => Err(refused),
+                None => Ok(PageReader),
+            },
+            None => Ok(PageReader),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<AppState<S>> for Admin {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState<S>) -> Result<Self, Response> {
+        let Some(token) = state.admin_token.as_deref() else {
+            return Err(ApiError::new(
+                ErrorCode::Forbidden,
+                "the admin API is disabled; start the server with --admin-token to enable it",
+            )
+            .into_response());
+        };
+        match refusal(token, &parts.headers, Challenge::Bearer) {
+            Some(refused) => Err(refused),
+            None => Ok(Admin),
+        }
+    }
+}
 
 /// Which login a `401` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Challenge {
+enum Challenge {
     /// An API client: `WWW-Authenticate: Bearer`.
     Bearer,
     /// A route a browser opens: Basic first (the browser shows its login
@@ -27,7 +95,7 @@ pub(super) enum Challenge {
 /// `None` when the request carries `token`; otherwise the answer to give
 /// instead: 401 when it carries no credentials of either scheme, 403 when
 /// they are wrong.
-pub(super) fn refusal(token: &str, headers: &HeaderMap, challenge: Challenge) -> Option<Response> {
+fn refusal(token: &str, headers: &HeaderMap, challenge: Challenge) -> Option<Response> {
     let Some(given) = presented(headers) else {
         let mut response = ApiError::new(
             ErrorCode::Unauthorized,

@@ -9,8 +9,10 @@ use http::HeaderMap;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 
-use super::MAX_BODY_BYTES;
 use super::error::{ApiError, ErrorCode};
+
+/// The largest request body accepted: 64 KiB.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// The raw bytes of a JSON body of at most [`MAX_BODY_BYTES`].
 #[derive(Debug)]

@@ -11,8 +11,8 @@ use std::time::Duration;
 use slidegate::{Algorithm, Rate, Rule};
 
 use super::error::{ApiError, ErrorCode};
-use super::json::Node;
-use crate::bounds::Bounds;
+use super::json::JsonNode;
+use crate::bounds::RequestBounds;
 
 /// The most rules one request may carry.
 pub const MAX_RULES: usize = 16;
@@ -68,7 +68,7 @@ const PEEK_PARAMS: [&str; 4] = ["limit", "window_ms", "algorithm", "block_ms"];
 /// the key out this long once a rule denies it). `null` stands for an
 /// absent optional field. Limits, windows and blocks are ad-hoc: at most
 /// `bounds.max_adhoc_limit` and `bounds.max_adhoc_window`.
-pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
+pub fn parse_acquire(body: &[u8], bounds: &RequestBounds) -> Result<AcquireRequest, ApiError> {
     match fast::parse_acquire(body, bounds) {
         Some(request) => Ok(request),
         None => parse_acquire_tree(body, bounds),
@@ -76,7 +76,7 @@ pub fn parse_acquire(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Api
 }
 
 /// [`parse_acquire`] through a JSON tree: every shape, every mistake named.
-fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, ApiError> {
+fn parse_acquire_tree(body: &[u8], bounds: &RequestBounds) -> Result<AcquireRequest, ApiError> {
     let members = parse_object(body)?;
     let [
         key,
@@ -90,7 +90,7 @@ fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Ap
         block_ms,
     ] = pick(members, &ACQUIRE_FIELDS, "")?;
     let key = match key {
-        Some(Node::String(key)) => key,
+        Some(JsonNode::String(key)) => key,
         Some(other) => {
             return Err(ApiError::new(
                 ErrorCode::InvalidKey,
@@ -118,8 +118,8 @@ fn parse_acquire_tree(body: &[u8], bounds: &Bounds) -> Result<AcquireRequest, Ap
         }
     };
     let cost = match cost {
-        None | Some(Node::Null) => 1,
-        Some(Node::Unsigned(cost)) => cost,
+        None | Some(JsonNode::Null) => 1,
+        Some(JsonNode::Unsigned(cost)) => cost,
         Some(other) => {
             return Err(ApiError::new(
                 ErrorCode::InvalidCost,
@@ -153,10 +153,10 @@ struct RuleDefaults {
     block: Duration,
 }
 
-fn parse_report(report: Option<Node>) -> Result<Option<bool>, ApiError> {
+fn parse_report(report: Option<JsonNode>) -> Result<Option<bool>, ApiError> {
     match report {
-        None | Some(Node::Null) => Ok(None),
-        Some(Node::Bool(report)) => Ok(Some(report)),
+        None | Some(JsonNode::Null) => Ok(None),
+        Some(JsonNode::Bool(report)) => Ok(Some(report)),
         Some(other) => Err(ApiError::new(
             ErrorCode::InvalidReport,
             format!("\"report\" must be true or false, got {}", other.brief()),
@@ -165,11 +165,14 @@ fn parse_report(report: Option<Node>) -> Result<Option<bool>, ApiError> {
 }
 
 /// `block_ms`: 0 for none, otherwise 1 ms up to the longest ad-hoc window.
-fn parse_block(block_ms: Option<Node>, bounds: &Bounds) -> Result<Option<Duration>, ApiError> {
+fn parse_block(
+    block_ms: Option<JsonNode>,
+    bounds: &RequestBounds,
+) -> Result<Option<Duration>, ApiError> {
     let max = bounds.max_adhoc_window.min(Rate::MAX_WINDOW);
     match block_ms {
-        None | Some(Node::Null) => Ok(None),
-        Some(Node::Unsigned(ms)) if u128::from(ms) <= max.as_millis() => {
+        None | Some(JsonNode::Null) => Ok(None),
+        Some(JsonNode::Unsigned(ms)) if u128::from(ms) <= max.as_millis() => {
             Ok(Some(Duration::from_millis(ms)))
         }
         Some(other) => Err(ApiError::new(
@@ -190,10 +193,10 @@ fn with_options(rule: Rule, report: bool, block: Duration) -> Result<Rule, ApiEr
         .map_err(|e| ApiError::new(ErrorCode::InvalidBlock, format!("\"block_ms\": {e}")))
 }
 
-fn parse_max_wait(max_wait_ms: Option<Node>) -> Result<Duration, ApiError> {
+fn parse_max_wait(max_wait_ms: Option<JsonNode>) -> Result<Duration, ApiError> {
     match max_wait_ms {
-        None | Some(Node::Null) => Ok(Duration::ZERO),
-        Some(Node::Unsigned(ms)) if ms <= MAX_WAIT_MS => Ok(Duration::from_millis(ms)),
+        None | Some(JsonNode::Null) => Ok(Duration::ZERO),
+        Some(JsonNode::Unsigned(ms)) if ms <= MAX_WAIT_MS => Ok(Duration::from_millis(ms)),
         Some(other) => Err(ApiError::new(
             ErrorCode::InvalidMaxWait,
             format!(
@@ -216,9 +219,9 @@ mod fast {
     use serde::de::{self, Deserializer, MapAccess, Visitor};
     use slidegate::{Algorithm, Rule};
 
-    use super::{AcquireRequest, Bounds, Node, parse_rule};
+    use super::{AcquireRequest, JsonNode, RequestBounds, parse_rule};
 
-    pub(super) fn parse_acquire(body: &[u8], bounds: &Bounds) -> Option<AcquireRequest> {
+    pub(super) fn parse_acquire(body: &[u8], bounds: &RequestBounds) -> Option<AcquireRequest> {
         let mut json = serde_json::Deserializer::from_slice(body);
         let fields = json.deserialize_map(FieldsVisitor).ok()?;
         json.end().ok()?;
@@ -226,8 +229,8 @@ mod fast {
             None => Algorithm::default(),
             Some(name) => name.parse().ok()?,
         };
-        let limit = Some(Node::Unsigned(fields.limit?));
-        let window_ms = Some(Node::Unsigned(fields.window_ms?));
+        let limit = Some(JsonNode::Unsigned(fields.limit?));
+        let window_ms = Some(JsonNode::Unsigned(fields.window_ms?));
         let rule: Rule = parse_rule(limit, window_ms, algorithm, bounds).ok()?;
         Some(AcquireRequest {
             key: fields.key?.into_owned(),
@@ -319,18 +322,18 @@ mod fast {
 pub fn parse_peek(
     key: String,
     query: Vec<(String, String)>,
-    bounds: &Bounds,
+    bounds: &RequestBounds,
 ) -> Result<PeekRequest, ApiError> {
     let members = query
         .into_iter()
-        .map(|(name, value)| (name, Node::String(value)))
+        .map(|(name, value)| (name, JsonNode::String(value)))
         .collect();
     let [limit, window_ms, algorithm, block_ms] = pick(members, &PEEK_PARAMS, "")?;
     // Digits only: `u64::from_str` would also take a leading `+`.
-    let number = |node: Option<Node>| match node {
-        Some(Node::String(text)) => match text.parse::<u64>() {
-            Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => Some(Node::Unsigned(n)),
-            _ => Some(Node::String(text)),
+    let number = |node: Option<JsonNode>| match node {
+        Some(JsonNode::String(text)) => match text.parse::<u64>() {
+            Ok(n) if text.bytes().all(|b| b.is_ascii_digit()) => Some(JsonNode::Unsigned(n)),
+            _ => Some(JsonNode::String(text)),
         },
         other => other,
     };
@@ -342,9 +345,9 @@ pub fn parse_peek(
 }
 
 /// Parses a body that must be one JSON object.
-fn parse_object(body: &[u8]) -> Result<Vec<(String, Node)>, ApiError> {
-    match serde_json::from_slice::<Node>(body) {
-        Ok(Node::Object(members)) => Ok(members),
+fn parse_object(body: &[u8]) -> Result<Vec<(String, JsonNode)>, ApiError> {
+    match serde_json::from_slice::<JsonNode>(body) {
+        Ok(JsonNode::Object(members)) => Ok(members),
         Ok(other) => Err(ApiError::new(
             ErrorCode::InvalidJson,
             format!("the body must be a JSON object, got {}", other.kind()),
@@ -360,11 +363,11 @@ fn parse_object(body: &[u8]) -> Result<Vec<(String, Node)>, ApiError> {
 /// refusing unknown and repeated names. `place` prefixes field names in
 /// messages (`rules[1].`).
 fn pick<const N: usize>(
-    members: Vec<(String, Node)>,
+    members: Vec<(String, JsonNode)>,
     names: &[&str; N],
     place: &str,
-) -> Result<[Option<Node>; N], ApiError> {
-    let mut fields: [Option<Node>; N] = std::array::from_fn(|_| None);
+) -> Result<[Option<JsonNode>; N], ApiError> {
+    let mut fields: [Option<JsonNode>; N] = std::array::from_fn(|_| None);
     for (name, value) in members {
         let Some(index) = names.iter().position(|n| *n == name) else {
             return Err(ApiError::new(
@@ -387,13 +390,13 @@ fn pick<const N: usize>(
 }
 
 fn parse_rules(
-    rules: Node,
+    rules: JsonNode,
     defaults: &RuleDefaults,
-    bounds: &Bounds,
+    bounds: &RequestBounds,
 ) -> Result<Vec<Rule>, ApiError> {
     let items = match rules {
-        Node::Array(items) if !items.is_empty() && items.len() <= MAX_RULES => items,
-        Node::Array(items) => {
+        JsonNode::Array(items) if !items.is_empty() && items.len() <= MAX_RULES => items,
+        JsonNode::Array(items) => {
             return Err(ApiError::new(
                 ErrorCode::InvalidRules,
                 format!(
@@ -415,7 +418,7 @@ fn parse_rules(
     let mut rules: Vec<Rule> = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let place = format!("rules[{i}]");
-        let Node::Object(members) = item else {
+        let JsonNode::Object(members) = item else {
             return Err(ApiError::new(
                 ErrorCode::InvalidRules,
                 format!(
@@ -427,7 +430,7 @@ fn parse_rules(
         let [limit, window_ms, algorithm, report, block_ms] =
             pick(members, &RULE_FIELDS, &format!("{place}."))?;
         let algorithm = match algorithm {
-            None | Some(Node::Null) => defaults.algorithm,
+            None | Some(JsonNode::Null) => defaults.algorithm,
             some => parse_algorithm(some).map_err(|e| e.at(&place))?,
         };
         let report = parse_report(report)
@@ -451,10 +454,10 @@ fn parse_rules(
 }
 
 fn parse_rule(
-    limit: Option<Node>,
-    window_ms: Option<Node>,
+    limit: Option<JsonNode>,
+    window_ms: Option<JsonNode>,
     algorithm: Algorithm,
-    bounds: &Bounds,
+    bounds: &RequestBounds,
 ) -> Result<Rule, ApiError> {
     let max_limit = bounds.max_adhoc_limit.min(Rate::MAX_LIMIT);
     let max_window = bounds.max_adhoc_window.min(Rate::MAX_WINDOW);
@@ -477,12 +480,12 @@ fn parse_rule(
         )
     };
     let limit = match limit {
-        Some(Node::Unsigned(limit)) if (1..=max_limit).contains(&limit) => limit,
+        Some(JsonNode::Unsigned(limit)) if (1..=max_limit).contains(&limit) => limit,
         Some(other) => return Err(limit_error(&other.brief())),
         None => return Err(missing("limit")),
     };
     let window_ms = match window_ms {
-        Some(Node::Unsigned(ms)) if ms >= 1 && u128::from(ms) <= max_window.as_millis() => ms,
+        Some(JsonNode::Unsigned(ms)) if ms >= 1 && u128::from(ms) <= max_window.as_millis() => ms,
         Some(other) => return Err(window_error(&other.brief())),
         None => return Err(missing("window_ms")),
     };
@@ -494,10 +497,10 @@ fn parse_rule(
     Ok(Rule::new(rate).with_algorithm(algorithm))
 }
 
-fn parse_algorithm(algorithm: Option<Node>) -> Result<Algorithm, ApiError> {
+fn parse_algorithm(algorithm: Option<JsonNode>) -> Result<Algorithm, ApiError> {
     match algorithm {
-        None | Some(Node::Null) => Ok(Algorithm::default()),
-        Some(Node::String(name)) => name.parse().map_err(|_| {
+        None | Some(JsonNode::Null) => Ok(Algorithm::default()),
+        Some(JsonNode::String(name)) => name.parse().map_err(|_| {
             ApiError::new(
                 ErrorCode::UnknownAlgorithm,
                 format!(
@@ -536,7 +539,7 @@ mod tests {
     use super::*;
 
     fn code(body: &str) -> ErrorCode {
-        match parse_acquire(body.as_bytes(), &Bounds::default()) {
+        match parse_acquire(body.as_bytes(), &RequestBounds::default()) {
             Ok(request) => panic!("{body} was accepted: {request:?}"),
             Err(error) => error.code(),
         }
@@ -548,7 +551,7 @@ mod tests {
             br#"{"key":"k","report":true,"block_ms":60000,"rules":[
                 {"limit":100,"window_ms":60000},
                 {"limit":5,"window_ms":1000,"report":false,"block_ms":0}]}"#,
-            &Bounds::default(),
+            &RequestBounds::default(),
         )
         .unwrap();
         assert!(request.rules[0].reports());
@@ -557,7 +560,7 @@ mod tests {
         assert_eq!(request.rules[1].block(), None);
         let one = parse_acquire(
             br#"{"key":"k","limit":5,"window_ms":1000,"cost":150,"report":true}"#,
-            &Bounds::default(),
+            &RequestBounds::default(),
         )
         .unwrap();
         assert!(one.rules[0].reports());
@@ -592,7 +595,7 @@ mod tests {
     fn a_single_rule_request_parses_with_defaults() {
         let request = parse_acquire(
             br#"{"key":"login:1","limit":100,"window_ms":60000}"#,
-            &Bounds::default(),
+            &RequestBounds::default(),
         )
         .unwrap();
         assert_eq!(request.key, "login:1");
@@ -603,7 +606,7 @@ mod tests {
 
     #[test]
     fn max_wait_is_read_and_bounded() {
-        let bounds = Bounds::default();
+        let bounds = RequestBounds::default();
         let waits = parse_acquire(
             br#"{"key":"k","limit":3,"window_ms":1000,"max_wait_ms":3000}"#,
             &bounds,
@@ -622,7 +625,7 @@ mod tests {
             br#"{"key":"k","algorithm":"gcra","cost":0,"rules":[
                 {"limit":10,"window_ms":1000},
                 {"limit":1000,"window_ms":3600000,"algorithm":"sliding_log"}]}"#,
-            &Bounds::default(),
+            &RequestBounds::default(),
         )
         .unwrap();
         assert_eq!(request.cost, 0);
@@ -695,7 +698,7 @@ mod tests {
     fn messages_name_the_rule_at_fault() {
         let error = parse_acquire(
             br#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":0,"window_ms":1}]}"#,
-            &Bounds::default(),
+            &RequestBounds::default(),
         )
         .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidLimit);
@@ -708,7 +711,7 @@ mod tests {
 
     #[test]
     fn the_common_shape_is_read_as_the_full_parser_reads_it() {
-        let bounds = Bounds::default();
+        let bounds = RequestBounds::default();
         for body in [
             r#"{"key":"login:1","limit":100,"window_ms":60000}"#,
             r#"{"window_ms":1000,"cost":0,"key":"k","limit":5,"algorithm":"gcra"}"#,
@@ -752,7 +755,7 @@ mod tests {
         let request = parse_peek(
             "k".into(),
             query(&[("limit", "5"), ("window_ms", "250"), ("algorithm", "gcra")]),
-            &Bounds::default(),
+            &RequestBounds::default(),
         )
         .unwrap();
         assert_eq!(
@@ -762,7 +765,7 @@ mod tests {
                 .with_algorithm(Algorithm::Gcra)
         );
         let code = |pairs: &[(&str, &str)]| {
-            parse_peek("k".into(), query(pairs), &Bounds::default())
+            parse_peek("k".into(), query(pairs), &RequestBounds::default())
                 .unwrap_err()
                 .code()
         };
@@ -774,7 +777,7 @@ mod tests {
                 ("window_ms", "900000"),
                 ("block_ms", "3600000"),
             ]),
-            &Bounds::default(),
+            &RequestBounds::default(),
         )
         .unwrap();
         assert_eq!(locked.rule.block(), Some(Duration::from_secs(3600)));
@@ -806,10 +809,10 @@ mod tests {
 
     #[test]
     fn adhoc_limits_and_windows_are_bounded_by_their_flags() {
-        let bounds = Bounds {
+        let bounds = RequestBounds {
             max_adhoc_limit: 100,
             max_adhoc_window: Duration::from_secs(60),
-            ..Bounds::default()
+            ..RequestBounds::default()
         };
         let parse = |body: &str| parse_acquire(body.as_bytes(), &bounds);
         assert!(parse(r#"{"key":"k","limit":100,"window_ms":60000}"#).is_ok());
@@ -837,7 +840,7 @@ mod tests {
 
     #[test]
     fn the_default_bounds_are_one_million_per_day() {
-        let parse = |body: &str| parse_acquire(body.as_bytes(), &Bounds::default());
+        let parse = |body: &str| parse_acquire(body.as_bytes(), &RequestBounds::default());
         assert!(parse(r#"{"key":"k","limit":1000000,"window_ms":86400000}"#).is_ok());
         assert!(parse(r#"{"key":"k","limit":1000000000000,"window_ms":1000}"#).is_err());
         assert!(parse(r#"{"key":"k","limit":1,"window_ms":315360000000}"#).is_err());

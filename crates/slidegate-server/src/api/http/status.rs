@@ -12,11 +12,12 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use http::HeaderValue;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use http::{HeaderMap, HeaderValue};
 
-use super::auth::{self, Challenge};
-use super::{ApiError, AppState, ErrorCode};
+use super::auth::PageReader;
+use super::error::{ApiError, ErrorCode};
+use super::state::AppState;
 
 const INDEX_HTML: &str = include_str!("ui/index.html");
 const APP_JS: &str = include_str!("ui/app.js");
@@ -28,10 +29,7 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
      connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// `GET /ui`.
-pub(super) async fn page<S>(State(state): State<AppState<S>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = refusal(&state, &headers) {
-        return refused;
-    }
+pub(super) async fn page(_reader: PageReader) -> Response {
     let mut response = static_file(INDEX_HTML, "text/html; charset=utf-8");
     response.headers_mut().insert(
         "content-security-policy",
@@ -53,20 +51,14 @@ pub(super) async fn asset(Path(name): Path<String>) -> Result<Response, ApiError
 }
 
 /// `GET /v1/stats`.
-pub(super) async fn stats<S>(State(state): State<AppState<S>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = refusal(&state, &headers) {
-        return refused;
-    }
-    let config = state.config.load();
-    no_store(Json(crate::telemetry::stats::global().snapshot(&config)).into_response())
+pub(super) async fn stats<S>(_reader: PageReader, State(state): State<AppState<S>>) -> Response {
+    let snapshot = state.telemetry.snapshot(state.limiter.config());
+    no_store(Json(snapshot).into_response())
 }
 
 /// `GET /v1/config`: the rules in force.
-pub(super) async fn config<S>(State(state): State<AppState<S>>, headers: HeaderMap) -> Response {
-    if let Some(refused) = refusal(&state, &headers) {
-        return refused;
-    }
-    no_store(Json(state.config.load().to_json()).into_response())
+pub(super) async fn config<S>(_reader: PageReader, State(state): State<AppState<S>>) -> Response {
+    no_store(Json(state.limiter.config().load().to_json()).into_response())
 }
 
 fn static_file(body: &'static str, content_type: &'static str) -> Response {
@@ -83,10 +75,4 @@ fn no_store(mut response: Response) -> Response {
         .headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
-}
-
-/// `None` when no admin token is set or the request carries it;
-/// otherwise the answer to give.
-fn refusal<S>(state: &AppState<S>, headers: &HeaderMap) -> Option<Response> {
-    auth::refusal(state.admin_token.as_deref()?, headers, Challenge::Browser)
 }

@@ -1,9 +1,10 @@
 use std::path::PathBuf;
 
-use slidegate::MemoryStore;
+use slidegate::{MemoryStore, Rate};
 
+use super::plan::SCAN_UP_TO;
 use super::*;
-use crate::rules::LoadOptions;
+use crate::rules::{LoadOptions, Unit};
 
 fn example() -> RateLimitConfig {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -35,7 +36,7 @@ fn request(domain: &str, descriptors: Vec<DescriptorRequest>) -> CheckRequest {
 }
 
 fn codes(r: &CheckResponse) -> Vec<Code> {
-    r.statuses.iter().map(|s| s.code).collect()
+    r.statuses.iter().map(|s| s.code()).collect()
 }
 
 #[tokio::test]
@@ -45,13 +46,13 @@ async fn counts_per_value_and_reports_the_limit() {
     for left in [1, 0] {
         let r = check(&c, &s, &req).await.unwrap();
         assert_eq!(r.overall, Code::Ok);
-        assert_eq!(r.statuses[0].limit_remaining, left);
-        let limit = r.statuses[0].current_limit.as_ref().unwrap();
+        assert_eq!(r.statuses[0].limit_remaining(), left);
+        let limit = r.statuses[0].current_limit().unwrap();
         assert_eq!((limit.requests_per_unit, limit.unit), (2, Unit::Minute));
     }
     let r = check(&c, &s, &req).await.unwrap();
     assert_eq!(r.overall, Code::OverLimit);
-    assert!(r.statuses[0].duration_until_reset > Duration::from_secs(59));
+    assert!(r.statuses[0].duration_until_reset() > Duration::from_secs(59));
     // Another value of the key-only default has its own counter.
     let other = check(&c, &s, &request("rl", vec![descriptor(&[("foo", "y")])]))
         .await
@@ -73,11 +74,11 @@ async fn descriptors_pass_or_fail_together() {
     let r = check(&c, &s, &both).await.unwrap();
     assert_eq!(codes(&r), [Code::Ok, Code::OverLimit]);
     // `a` was not charged by the denied request.
-    assert_eq!(r.statuses[0].limit_remaining, 4);
+    assert_eq!(r.statuses[0].limit_remaining(), 4);
     let a = check(&c, &s, &request("d", vec![descriptor(&[("a", "1")])]))
         .await
         .unwrap();
-    assert_eq!(a.statuses[0].limit_remaining, 3);
+    assert_eq!(a.statuses[0].limit_remaining(), 3);
 }
 
 #[tokio::test]
@@ -89,18 +90,18 @@ async fn hits_addend_at_request_and_descriptor_level() {
     let mut req = request("d", vec![descriptor(&[("a", "1")])]);
     req.hits_addend = 4;
     assert_eq!(
-        check(&c, &s, &req).await.unwrap().statuses[0].limit_remaining,
+        check(&c, &s, &req).await.unwrap().statuses[0].limit_remaining(),
         6
     );
     // Per descriptor: 0 checks without consuming, and overrides the request's.
     req.descriptors[0].hits_addend = Some(0);
     assert_eq!(
-        check(&c, &s, &req).await.unwrap().statuses[0].limit_remaining,
+        check(&c, &s, &req).await.unwrap().statuses[0].limit_remaining(),
         6
     );
     req.descriptors[0].hits_addend = Some(6);
     assert_eq!(
-        check(&c, &s, &req).await.unwrap().statuses[0].limit_remaining,
+        check(&c, &s, &req).await.unwrap().statuses[0].limit_remaining(),
         0
     );
     // More than the limit can never pass: over the limit, not an error.
@@ -114,13 +115,13 @@ async fn shadow_mode_counts_but_never_denies() {
     let req = request("rl", vec![descriptor(&[("foo", "x"), ("baz", "shady")])]);
     for _ in 0..3 {
         assert_eq!(
-            check(&c, &s, &req).await.unwrap().outcomes[0].0,
-            Outcome::Allowed
+            check(&c, &s, &req).await.unwrap().statuses[0].verdict,
+            Verdict::Allowed
         );
     }
     let r = check(&c, &s, &req).await.unwrap();
     assert_eq!(r.overall, Code::Ok);
-    assert_eq!(r.outcomes[0].0, Outcome::ShadowDenied);
+    assert_eq!(r.statuses[0].verdict, Verdict::ShadowDenied);
 }
 
 #[tokio::test]
@@ -154,7 +155,7 @@ async fn replaces_drops_the_named_limit() {
     for _ in 0..4 {
         let r = check(&c, &s, &req).await.unwrap();
         assert_eq!(r.overall, Code::Ok);
-        assert_eq!(r.statuses[0].current_limit, None, "replaced");
+        assert_eq!(r.statuses[0].current_limit(), None, "replaced");
     }
     assert_eq!(check(&c, &s, &req).await.unwrap().overall, Code::OverLimit);
 }
@@ -174,8 +175,8 @@ async fn blocked_unlimited_and_unknown() {
         .await
         .unwrap();
     assert_eq!(
-        (free.overall, free.outcomes[0].0),
-        (Code::Ok, Outcome::Unlimited)
+        (free.overall, free.statuses[0].verdict),
+        (Code::Ok, Verdict::Unlimited)
     );
     let unknown = check(&c, &s, &request("nope", vec![descriptor(&[("foo", "x")])]))
         .await
@@ -193,7 +194,7 @@ async fn blocked_unlimited_and_unknown() {
     let alone = check(&c, &s, &request("rl", vec![descriptor(&[("foo", "z")])]))
         .await
         .unwrap();
-    assert_eq!(alone.statuses[0].limit_remaining, 1);
+    assert_eq!(alone.statuses[0].limit_remaining(), 1);
 }
 
 #[tokio::test]
@@ -213,7 +214,7 @@ async fn an_override_of_zero_requests_lets_nothing_pass() {
     zero.limit_override = Some((0, Unit::Hour));
     let r = check(&c, &s, &request("rl", vec![zero])).await.unwrap();
     assert_eq!(r.overall, Code::OverLimit);
-    assert_eq!(r.outcomes[0].1, MetricName::Override);
+    assert_eq!(r.statuses[0].metric, MetricName::Override);
 }
 
 #[tokio::test]
@@ -254,7 +255,7 @@ async fn a_long_value_is_counted_under_its_digest_and_every_limit_still_applies(
     for left in (0..5).rev() {
         let r = check(&c, &s, &req).await.unwrap();
         assert_eq!(r.overall, Code::Ok);
-        assert_eq!(r.statuses[0].limit_remaining, left);
+        assert_eq!(r.statuses[0].limit_remaining(), left);
     }
     let sixth = check(&c, &s, &req).await.unwrap();
     assert_eq!(codes(&sixth), [Code::OverLimit, Code::Ok]);
@@ -267,7 +268,7 @@ async fn a_long_value_is_counted_under_its_digest_and_every_limit_still_applies(
     )
     .await
     .unwrap();
-    assert_eq!(r.statuses[0].limit_remaining, 99);
+    assert_eq!(r.statuses[0].limit_remaining(), 99);
 }
 
 #[tokio::test]
@@ -286,8 +287,8 @@ async fn unlimited_reports_the_largest_uint32_remaining_and_no_limit() {
     let r = check(&c, &s, &request("rl", vec![descriptor(&[("qux", "x")])]))
         .await
         .unwrap();
-    assert_eq!(r.statuses[0].limit_remaining, 4_294_967_295);
-    assert_eq!(r.statuses[0].current_limit, None);
+    assert_eq!(r.statuses[0].limit_remaining(), 4_294_967_295);
+    assert_eq!(r.statuses[0].current_limit(), None);
     // A descriptor that matches nothing reports 0, as envoyproxy/ratelimit does.
     let r = check(
         &c,
@@ -296,7 +297,7 @@ async fn unlimited_reports_the_largest_uint32_remaining_and_no_limit() {
     )
     .await
     .unwrap();
-    assert_eq!(r.statuses[0].limit_remaining, 0);
+    assert_eq!(r.statuses[0].limit_remaining(), 0);
 }
 
 #[tokio::test]
@@ -309,7 +310,7 @@ async fn descriptors_on_one_counter_add_up_against_its_limit() {
     // foo is 2/min: the third hit can never pass, so nothing is counted.
     assert_eq!(codes(&r), [Code::Ok, Code::Ok, Code::OverLimit]);
     let alone = check(&c, &s, &request("rl", vec![foo()])).await.unwrap();
-    assert_eq!(alone.statuses[0].limit_remaining, 1);
+    assert_eq!(alone.statuses[0].limit_remaining(), 1);
 }
 
 #[tokio::test]
@@ -330,9 +331,10 @@ async fn metric_names_come_from_the_config_or_a_fixed_set() {
     .await
     .unwrap();
     assert!(r.known_domain);
-    assert!(matches!(&r.outcomes[0].1, MetricName::Configured(l) if l.full_key == "rl.foo"));
-    assert!(matches!(&r.outcomes[1].1, MetricName::Detailed(_, key) if key == "rl.unspec_v"));
-    assert_eq!(r.outcomes[2].1, MetricName::NoLimit);
+    assert_eq!(r.statuses[0].metric, MetricName::Configured);
+    assert_eq!(r.statuses[0].limit.as_ref().unwrap().full_key, "rl.foo");
+    assert!(matches!(&r.statuses[1].metric, MetricName::Detailed(key) if key == "rl.unspec_v"));
+    assert_eq!(r.statuses[2].metric, MetricName::NoLimit);
     let unknown = check(&c, &s, &request("nope", vec![descriptor(&[("foo", "x")])]))
         .await
         .unwrap();
@@ -348,7 +350,7 @@ async fn an_override_in_a_domain_not_configured_applies_no_limit() {
     for _ in 0..3 {
         let r = check(&c, &s, &req).await.unwrap();
         assert_eq!(r.overall, Code::Ok);
-        assert_eq!(r.statuses[0].current_limit, None);
+        assert_eq!(r.statuses[0].current_limit(), None);
     }
     assert!(s.is_empty(), "no counter was created");
 }
@@ -377,7 +379,7 @@ async fn reports_of_one_request_are_cut_to_the_ceiling_together() {
         .await
         .unwrap();
         assert_eq!(
-            (after.overall, after.statuses[0].limit_remaining),
+            (after.overall, after.statuses[0].limit_remaining()),
             (Code::OverLimit, 0),
             "{count} reports"
         );

@@ -1,0 +1,132 @@
+//! Envoy's rate limit service over gRPC:
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use slidegate::Store;
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Response, Status};
+
+use crate::api::envoy::headers::{self, ResponseHeaders};
+use crate::api::envoy::proto::{from_proto, headers_to_proto, to_proto};
+use crate::bounds::RequestBounds;
+use crate::limiter::Limiter;
+use crate::limiter::check::CheckError;
+use crate::telemetry::metrics::{InFlight, Protocol};
+
+/// The metadata key that marks an answer made by a failure policy.
+pub const DEGRADED_METADATA: &str = "x-slidegate-degraded";
+
+/// The gRPC service: the limiter, the bounds on requests and the header
+/// fields its answers carry.
+pub struct RateLimitGrpc<S> {
+    limiter: Limiter<S>,
+    bounds: RequestBounds,
+    response_headers: ResponseHeaders,
+}
+
+impl<S> RateLimitGrpc<S> {
+    /// A service deciding with `limiter`, within the default
+    /// [`RequestBounds`], with no header fields.
+    pub fn new(limiter: Limiter<S>) -> Self {
+        RateLimitGrpc {
+            limiter,
+            bounds: RequestBounds::default(),
+            response_headers: ResponseHeaders::Off,
+        }
+    }
+
+    /// Answers carry these rate limit header fields in
+    /// `response_headers_to_add`.
+    pub fn with_response_headers(mut self, mode: ResponseHeaders) -> Self {
+        self.response_headers = mode;
+        self
+    }
+
+    /// Refuses requests beyond `bounds`.
+    pub fn with_bounds(mut self, bounds: RequestBounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+}
+
+#[tonic::async_trait]
+impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let _in_flight = InFlight::start(Protocol::Grpc);
+        let span = crate::spans::grpc_span(request.metadata());
+        let request = from_proto(request.into_inner(), &self.bounds)
+            .map_err(|e| Status::invalid_argument(e.0))?;
+        // A guard, not a clone of the Arc: no write to the config's shared
+        // count per call.
+        let config = self.limiter.config().load();
+        let checked = self.limiter.check(&config, &request);
+        let checked = match span {
+            Some(span) => tracing::Instrument::instrument(checked, span).await,
+            None => checked.await,
+        };
+        let response = checked.map_err(|error| status_of(&error))?;
+        let mut proto = to_proto(&response);
+        proto.response_headers_to_add = headers_to_proto(headers::fields(
+            self.response_headers,
+            &request.domain,
+            &response,
+        ));
+        let mut answer = Response::new(proto);
+        if response.degraded {
+            answer
+                .metadata_mut()
+                .insert(DEGRADED_METADATA, MetadataValue::from_static("true"));
+        }
+        Ok(answer)
+    }
+}
+
+/// The gRPC status of a failed check: `UNAVAILABLE` when the store failed
+/// (Envoy's `failure_mode_deny` then decides), `FAILED_PRECONDITION` when
+/// one of the request's keys holds a value slidegate did not write (see
+/// [`slidegate::Error::KeyConflict`]), `INVALID_ARGUMENT` for bad input.
+pub fn status_of(error: &CheckError) -> Status {
+    match error {
+        CheckError::Store(e) if e.is_store_failure() => Status::unavailable(e.to_string()),
+        // The request is fine; the state stored at one of its keys is not.
+        CheckError::Store(e @ slidegate::Error::KeyConflict { .. }) => {
+            Status::failed_precondition(e.to_string())
+        }
+        other => Status::invalid_argument(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_say_whose_fault_a_failed_check_is() {
+        let status = |e: slidegate::Error| status_of(&CheckError::Store(e)).code();
+        assert_eq!(
+            status(slidegate::Error::Store("refused".into())),
+            tonic::Code::Unavailable
+        );
+        assert_eq!(
+            status(slidegate::Error::KeyConflict {
+                key: "k".into(),
+                detail: "holds a list".into()
+            }),
+            tonic::Code::FailedPrecondition
+        );
+        assert_eq!(
+            status(slidegate::Error::InvalidKey("empty".into())),
+            tonic::Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn too_many_rules_is_an_invalid_argument_over_grpc() {
+        let error = CheckError::Store(slidegate::Error::TooManyRules { max: 16 });
+        assert_eq!(status_of(&error).code(), tonic::Code::InvalidArgument);
+    }
+}

@@ -1,0 +1,129 @@
+//! `POST /v1/acquire` and `GET /v1/keys/{key}`: ad-hoc decisions, and
+//! their answers.
+
+use std::time::Duration;
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::response::{IntoResponse, Response};
+use http::StatusCode;
+use slidegate::Store;
+
+use super::auth::KeyReader;
+use super::body::JsonBody;
+use super::decision_json::DecisionBody;
+use super::error::{ApiError, ErrorCode};
+use super::headers;
+use super::request::{self, AcquireRequest};
+use super::state::AppState;
+use crate::limiter::AdhocDecision;
+
+/// `POST /v1/acquire`.
+pub(super) async fn acquire<S: Store>(
+    State(state): State<AppState<S>>,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
+    let request = request::parse_acquire(&body, &state.bounds)?;
+    if !request.max_wait.is_zero() {
+        return acquire_waiting(state, request).await;
+    }
+    let answer = state
+        .limiter
+        .acquire(&request.key, &request.rules, request.cost)
+        .await?;
+    let status = if answer.decision.allowed() {
+        StatusCode::OK
+    } else {
+        StatusCode::TOO_MANY_REQUESTS
+    };
+    Ok(decision_response(status, &answer))
+}
+
+/// `POST /v1/acquire` with `max_wait_ms`: a request that does not fit now
+/// reserves the earliest time it fits, if that is within its wait, and is
+/// answered 200 then, with `waited_ms`: a sleep, no store call and no
+/// worker held. Beyond its wait it is answered 429 at once, and beyond
+/// `--max-waiting` waiting requests 503 `too_many_waiting`. A client
+/// that leaves while it waits gives its place back (the guard drops with
+/// the handler); its reservation stays used.
+async fn acquire_waiting<S: Store>(
+    state: AppState<S>,
+    request: AcquireRequest,
+) -> Result<Response, ApiError> {
+    let Some(_place) = state.waiting.enter() else {
+        return Err(ApiError::new(
+            ErrorCode::TooManyWaiting,
+            "as many requests as --max-waiting allows are already waiting; try again, or without max_wait_ms",
+        ));
+    };
+    let (answer, wait) = state
+        .limiter
+        .reserve(&request.key, &request.rules, request.cost, request.max_wait)
+        .await?;
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    if !answer.decision.allowed() {
+        return Ok(decision_response(StatusCode::TOO_MANY_REQUESTS, &answer));
+    }
+    // The decision's fields, then how long it waited (rounded up).
+    let mut body = DecisionBody::from(&answer.decision).to_json();
+    body.pop();
+    body.push_str(",\"waited_ms\":");
+    body.push_str(itoa::Buffer::new().format(micros_to_ms_up(wait)));
+    body.push('}');
+    Ok(respond(StatusCode::OK, &answer, body))
+}
+
+fn micros_to_ms_up(d: Duration) -> u64 {
+    u64::try_from(d.as_micros().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// `GET /v1/keys/{key}`: a read, so 200 even when a request would be denied.
+/// Another client's remaining quota is the operator's business: with an
+/// admin token set, only requests carrying it may look.
+pub(super) async fn peek<S: Store>(
+    _reader: KeyReader,
+    State(state): State<AppState<S>>,
+    key: Result<Path<String>, PathRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Path(key) = key.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidKey,
+            format!("the key in the path is not valid: {e}"),
+        )
+    })?;
+    let Query(query) = query.map_err(|e| {
+        ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("the query string is not valid: {e}"),
+        )
+    })?;
+    let request = request::parse_peek(key, query, &state.bounds)?;
+    let answer = state.limiter.peek(&request.key, request.rule).await?;
+    Ok(decision_response(StatusCode::OK, &answer))
+}
+
+fn decision_response(status: StatusCode, answer: &AdhocDecision) -> Response {
+    respond(
+        status,
+        answer,
+        DecisionBody::from(&answer.decision).to_json(),
+    )
+}
+
+/// A decision's answer with `body`, its JSON.
+fn respond(status: StatusCode, answer: &AdhocDecision, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    headers::insert(
+        response.headers_mut(),
+        answer,
+        status == StatusCode::TOO_MANY_REQUESTS,
+    );
+    response
+}

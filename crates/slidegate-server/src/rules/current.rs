@@ -1,0 +1,87 @@
+//! The rules in force: the config requests are decided against, swapped
+//! whole on reload, and the last reload that was refused (the status page
+//! shows it).
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
+
+use arc_swap::{ArcSwap, Guard};
+use serde::Serialize;
+
+use super::set::RateLimitConfig;
+use crate::epoch::millis_since_epoch;
+
+/// A config reload that was refused, with why.
+#[derive(Clone, Debug, Serialize)]
+pub struct RefusedReload {
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// `error` (a bad or unreadable file) or `refused` (domains would go).
+    pub result: &'static str,
+    /// The error as logged.
+    pub error: String,
+}
+
+/// The config in force, shared by everything that decides or shows it: a
+/// clone is another handle on the same rules. Reading it costs no lock
+/// and no write to a shared count ([`CurrentConfig::load`]).
+#[derive(Clone, Debug, Default)]
+pub struct CurrentConfig {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    config: ArcSwap<RateLimitConfig>,
+    last_refused: Mutex<Option<RefusedReload>>,
+}
+
+impl CurrentConfig {
+    /// `config` in force, with no refused reload.
+    pub fn new(config: RateLimitConfig) -> CurrentConfig {
+        CurrentConfig {
+            inner: Arc::new(Inner {
+                config: ArcSwap::from_pointee(config),
+                last_refused: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The config in force, for one request: a guard, not a clone of the
+    /// `Arc` (no write to its shared count).
+    pub fn load(&self) -> Guard<Arc<RateLimitConfig>> {
+        self.inner.config.load()
+    }
+
+    /// The config in force, kept as long as wanted.
+    pub fn load_full(&self) -> Arc<RateLimitConfig> {
+        self.inner.config.load_full()
+    }
+
+    /// Puts `config` in force.
+    pub fn store(&self, config: RateLimitConfig) {
+        self.inner.config.store(Arc::new(config));
+    }
+
+    /// Remembers a refused reload (the last one is shown).
+    pub fn refused(&self, result: &'static str, error: String) {
+        *self
+            .inner
+            .last_refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(RefusedReload {
+            at_ms: millis_since_epoch(SystemTime::now()),
+            result,
+            error,
+        });
+    }
+
+    /// The last refused reload, if any.
+    pub fn last_refused(&self) -> Option<RefusedReload> {
+        self.inner
+            .last_refused
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}

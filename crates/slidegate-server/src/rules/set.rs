@@ -1,0 +1,314 @@
+//! Every domain's rules, loaded from YAML and ready to match requests.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use slidegate::{Rate, Rule};
+
+use super::error::ConfigError;
+use super::files::read_sources;
+use super::limit::{Enforcement, Limit, LimitId, Unit};
+use super::matcher::{self, DescriptorNode, Level, Matched};
+use super::yaml::{self, DescriptorSpec, FileSpec};
+use crate::epoch::millis_since_epoch;
+
+/// Every domain's rules, ready to match requests against.
+#[derive(Debug, Default)]
+pub struct RateLimitConfig {
+    /// Which load this is: each config made in the process has its own,
+    /// larger than any before it (the empty default has 0).
+    generation: u64,
+    /// How many limits it holds: their ids are `0..limit_count`.
+    limit_count: u32,
+    domains: HashMap<String, Level>,
+    /// The files each domain comes from, in load order.
+    files: HashMap<String, Vec<String>>,
+    /// When the rules were loaded (`None` for no rules at all).
+    loaded_at: Option<SystemTime>,
+}
+
+/// How to load several files.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LoadOptions {
+    /// Merge a domain split over several files (envoyproxy/ratelimit's
+    /// `MERGE_DOMAIN_CONFIG`); otherwise a domain in two files is an error.
+    pub merge_domains: bool,
+}
+
+/// The generation of the next config made.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+impl RateLimitConfig {
+    /// Loads config files and directories (every `.yaml`/`.yml` file in a
+    /// directory, by name, skipping hidden ones such as Kubernetes'
+    /// `..data`).
+    pub fn load(paths: &[PathBuf], options: LoadOptions) -> Result<RateLimitConfig, ConfigError> {
+        RateLimitConfig::from_sources(&read_sources(paths)?, options)
+    }
+
+    /// Loads configs given as `(name, text)` pairs.
+    pub fn from_sources(
+        sources: &[(String, String)],
+        options: LoadOptions,
+    ) -> Result<RateLimitConfig, ConfigError> {
+        let mut config = RateLimitConfig {
+            generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
+            loaded_at: Some(SystemTime::now()),
+            ..RateLimitConfig::default()
+        };
+        for (name, text) in sources {
+            let file = yaml::parse_file(name, text)?;
+            config.add_file(name, file, options)?;
+        }
+        Ok(config)
+    }
+
+    fn add_file(
+        &mut self,
+        name: &str,
+        file: FileSpec,
+        options: LoadOptions,
+    ) -> Result<(), ConfigError> {
+        let error = |message: String| ConfigError {
+            file: name.to_owned(),
+            line: None,
+            column: None,
+            message,
+        };
+        if file.domain.is_empty() {
+            return Err(error("config file cannot have empty domain".into()));
+        }
+        if self.domains.contains_key(&file.domain) && !options.merge_domains {
+            return Err(error(format!(
+                "duplicate domain {} in config file",
+                yaml::quoted(&file.domain, yaml::PATH_CHARS)
+            )));
+        }
+        self.files
+            .entry(file.domain.clone())
+            .or_default()
+            .push(name.to_owned());
+        let level = self.domains.entry(file.domain.clone()).or_default();
+        add_descriptors(
+            name,
+            level,
+            &format!("{}.", file.domain),
+            &file.descriptors,
+            &mut self.limit_count,
+        )
+    }
+
+    /// Which load this config is: a config made later has a larger one.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// How many limits the config holds; their ids are below it.
+    pub fn limit_count(&self) -> usize {
+        self.limit_count as usize
+    }
+
+    /// The domains configured.
+    pub fn domains(&self) -> impl Iterator<Item = &str> {
+        self.domains.keys().map(String::as_str)
+    }
+
+    /// The limit of one request descriptor (its `key`/`value` entries), as
+    /// envoyproxy/ratelimit finds it: level by level, an exact `key_value`
+    /// first, then a wildcard value, then the key alone; a limit applies
+    /// only at the descriptor's own depth.
+    pub fn lookup<'a, K, V>(&'a self, domain: &str, entries: &[(K, V)]) -> Option<Matched<'a>>
+    where
+        K: AsRef<str>,
+        V: AsRef<str>,
+    {
+        matcher::lookup(self.domains.get(domain)?, domain, entries)
+    }
+
+    /// True when `domain` is configured.
+    pub fn has_domain(&self, domain: &str) -> bool {
+        self.domains.contains_key(domain)
+    }
+
+    /// Every configured limit with its domain, domains sorted, limits in
+    /// file order.
+    pub fn limits(&self) -> Vec<(&str, &Limit)> {
+        let mut limits = Vec::new();
+        for (domain, level) in self.sorted_domains() {
+            level.for_each_limit(&mut |limit| limits.push((domain, limit)));
+        }
+        limits
+    }
+
+    /// When the rules were loaded; `None` for the empty default.
+    pub fn loaded_at(&self) -> Option<SystemTime> {
+        self.loaded_at
+    }
+
+    /// The files the rules come from, in load order, each once.
+    pub fn files(&self) -> Vec<String> {
+        let mut files: Vec<String> = Vec::new();
+        for (_, level_files) in self.sorted_files() {
+            for file in level_files {
+                if !files.contains(file) {
+                    files.push(file.clone());
+                }
+            }
+        }
+        files
+    }
+
+    /// The rules in force as JSON, for `GET /v1/config`: every domain with
+    /// its files and its descriptor tree.
+    pub fn to_json(&self) -> serde_json::Value {
+        let domains: Vec<serde_json::Value> = self
+            .sorted_domains()
+            .into_iter()
+            .map(|(domain, level)| {
+                serde_json::json!({
+                    "domain": domain,
+                    "files": self.files.get(domain).cloned().unwrap_or_default(),
+                    "descriptors": level.to_json(),
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "loaded_at_ms": self.loaded_at.map(millis_since_epoch),
+            "domains": domains,
+        })
+    }
+
+    fn sorted_domains(&self) -> Vec<(&str, &Level)> {
+        let mut domains: Vec<(&str, &Level)> =
+            self.domains.iter().map(|(d, l)| (d.as_str(), l)).collect();
+        domains.sort_unstable_by_key(|(d, _)| *d);
+        domains
+    }
+
+    fn sorted_files(&self) -> Vec<(&str, &Vec<String>)> {
+        let mut files: Vec<(&str, &Vec<String>)> =
+            self.files.iter().map(|(d, f)| (d.as_str(), f)).collect();
+        files.sort_unstable_by_key(|(d, _)| *d);
+        files
+    }
+}
+
+/// Adds `specs` to `level`, numbering their limits from `next_id` on.
+fn add_descriptors(
+    file: &str,
+    level: &mut Level,
+    parent_key: &str,
+    specs: &[DescriptorSpec],
+    next_id: &mut u32,
+) -> Result<(), ConfigError> {
+    for spec in specs {
+        let error = |message: String| ConfigError {
+            file: file.to_owned(),
+            line: (spec.line > 0).then_some(spec.line),
+            column: (spec.line > 0).then_some(spec.column),
+            message,
+        };
+        if spec.key.is_empty() {
+            return Err(error("descriptor has empty key".into()));
+        }
+        let final_key = match &spec.value {
+            Some(value) => format!("{}_{value}", spec.key),
+            None => spec.key.clone(),
+        };
+        let full_key = format!("{parent_key}{final_key}");
+        if level.contains(&spec.key, spec.value.as_deref()) {
+            return Err(error(format!(
+                "duplicate descriptor composite key {}",
+                yaml::quoted(&full_key, yaml::PATH_CHARS)
+            )));
+        }
+        let limit = spec
+            .rate_limit
+            .as_ref()
+            .map(|rl| {
+                let id = LimitId(*next_id);
+                if id == LimitId::OVERRIDE {
+                    return Err(error("more limits than a config can hold".into()));
+                }
+                *next_id += 1;
+                limit_of(rl, spec, &full_key, id).map_err(&error)
+            })
+            .transpose()?;
+        let mut children = Level::default();
+        add_descriptors(
+            file,
+            &mut children,
+            &format!("{full_key}."),
+            &spec.descriptors,
+            next_id,
+        )?;
+        level.insert(DescriptorNode::new(spec, limit, children));
+    }
+    Ok(())
+}
+
+fn limit_of(
+    rl: &yaml::RateLimitSpec,
+    spec: &DescriptorSpec,
+    full_key: &str,
+    id: LimitId,
+) -> Result<Limit, String> {
+    let unit = rl.unit.as_deref().filter(|u| !u.is_empty());
+    let parsed_unit = unit.and_then(Unit::parse);
+    if rl.unlimited {
+        if parsed_unit.is_some() || rl.window.is_some() {
+            return Err("should not specify rate limit unit when unlimited".into());
+        }
+    } else if rl.window.is_some() && unit.is_some() {
+        return Err("specify either 'unit' or 'window', not both".into());
+    } else if rl.window.is_none() && parsed_unit.is_none() {
+        return Err(format!(
+            "invalid rate limit unit {}",
+            yaml::quoted(unit.unwrap_or_default(), yaml::WORD_CHARS)
+        ));
+    }
+    for replaced in &rl.replaces {
+        if replaced.is_empty() {
+            return Err("should not have an empty replaces entry".into());
+        }
+        if rl.name.as_deref() == Some(replaced.as_str()) {
+            return Err("replaces should not contain name of same descriptor".into());
+        }
+    }
+    let unit = match (rl.window, parsed_unit) {
+        (Some(window), _) => Unit::of_window(window),
+        (None, Some(unit)) => unit,
+        (None, None) => Unit::Second,
+    };
+    let enforcement = if rl.unlimited {
+        Enforcement::Unlimited
+    } else if rl.requests_per_unit == 0 {
+        Enforcement::Blocked
+    } else {
+        let rate = Rate::new(rl.requests_per_unit, unit.duration()).map_err(|e| e.to_string())?;
+        let rule = Rule::new(rate).with_algorithm(rl.algorithm);
+        let rule = if rl.report { rule.reporting() } else { rule };
+        let rule = match rl.block_for {
+            Some(block) => rule.block_for(block).map_err(|e| e.to_string())?,
+            None => rule,
+        };
+        Enforcement::Rule(rule)
+    };
+    if (rl.report || rl.block_for.is_some()) && !matches!(enforcement, Enforcement::Rule(_)) {
+        return Err("'report' and 'block_for' need a rate limit (not unlimited, not 0)".into());
+    }
+    Ok(Limit {
+        id,
+        enforcement,
+        requests_per_unit: rl.requests_per_unit,
+        unit,
+        name: rl.name.clone(),
+        replaces: rl.replaces.clone(),
+        shadow_mode: spec.shadow_mode,
+        quota_mode: spec.quota_mode,
+        detailed_metric: spec.detailed_metric,
+        full_key: full_key.to_owned(),
+    })
+}
