@@ -25,7 +25,7 @@ use slidegate_server::api::envoy::headers::ResponseHeaders;
 use slidegate_server::api::grpc::DEGRADED_METADATA;
 use slidegate_server::commands::parts::Parts;
 use slidegate_server::rules::{LiveConfig, LoadOptions};
-use slidegate_server::store::backend::{Backend, StoreUrl};
+use slidegate_server::store::{Backend, StoreUrl};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;

@@ -16,8 +16,8 @@ use std::time::Instant;
 use common::redis::free_port;
 use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{MemoryStore, Rule, Store};
-use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
-use slidegate_server::store::backend::{Backend, StoreUrl};
+use slidegate_server::store::{Backend, StoreUrl};
+use slidegate_server::store::{ClockMode, CoalesceMode, StoreOptions};
 
 const KEYS: u64 = 1_000_000;
 /// `--max-keys` of the flood.
@@ -39,7 +39,7 @@ fn assert_held(what: &str, held: u64) {
 }
 
 async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
-    let args = StoreArgs {
+    let args = StoreOptions {
         url,
         on_error: policy,
         timeout_ms: 50,

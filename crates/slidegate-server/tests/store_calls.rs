@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use common::redis::Redis;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{Rule, Store};
-use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
-use slidegate_server::store::backend::{Backend, StoreUrl};
+use slidegate_server::store::{Backend, StoreUrl};
+use slidegate_server::store::{ClockMode, CoalesceMode, StoreOptions};
 
 async fn open_at(
     url: String,
@@ -25,7 +25,7 @@ async fn open_at(
     max_store_calls: u32,
     timeout_ms: u64,
 ) -> Backend {
-    let args = StoreArgs {
+    let args = StoreOptions {
         url: StoreUrl::Redis(url),
         on_error: FailurePolicy::Deny,
         timeout_ms,

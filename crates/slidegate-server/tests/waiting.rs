@@ -215,7 +215,7 @@ async fn waiting_requests_on_three_instances_share_one_limit_on_redis() {
     let redis = common::redis::Redis::start();
     let mut servers = Vec::new();
     for _ in 0..3 {
-        let url = slidegate_server::store::backend::StoreUrl::Redis(redis.url());
+        let url = slidegate_server::store::StoreUrl::Redis(redis.url());
         let backend =
             common::backend(url, slidegate::store::resilient::FailurePolicy::Deny, 5_000).await;
         servers.push(TestServer::start(backend).await);

@@ -27,49 +27,45 @@ use tonic::transport::Channel;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_client::HealthClient;
 
-/// What to measure.
-#[derive(clap::Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// The store to drive in-process (ignored with --target).
-    #[command(flatten)]
-    pub store: crate::cli::StoreArgs,
-    /// Drive a running server instead: `http://host:port` or `grpc://host:port`.
-    #[arg(long)]
-    pub target: Option<String>,
-    /// What to call on the target. HTTP: `acquire` (POST /v1/acquire, the
-    /// default), `check` (POST /v1/check, domain `bench`, descriptor
-    /// `key=<key>`), `healthz` (GET /healthz). gRPC: `should-rate-limit` (the
-    /// default, domain `bench`) or `health` (grpc.health.v1 Check).
-    #[arg(long)]
-    pub op: Option<String>,
-    /// Distinct keys, spread evenly over the requests.
-    #[arg(long, default_value_t = 1_000)]
-    pub keys: u64,
-    /// Requests in flight at once (one connection each against a server).
-    #[arg(long, default_value_t = 64)]
-    pub concurrency: usize,
-    /// How long to run, e.g. `10s`, `500ms`, `1m`.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
-    pub duration: Duration,
-    /// The rule of every decision, e.g. `100/1s`.
-    #[arg(long, default_value = "100/1s")]
-    pub rate: Rate,
-    /// The algorithm enforcing --rate.
-    #[arg(long, default_value = "sliding_log")]
-    pub algorithm: Algorithm,
-    /// Gives the rule a lockout of this long (`Rule::block_for`), e.g. `1h`.
-    #[arg(long, value_parser = parse_duration)]
-    pub block_for: Option<Duration>,
-    /// Makes the rule report usage (`Rule::reporting`): every hit recorded.
-    #[arg(long)]
-    pub report: bool,
-    /// Print the result as one JSON object (and no progress bar).
-    #[arg(long)]
-    pub json: bool,
+use crate::store::StoreOptions;
+
+/// `--keys`' default.
+pub const DEFAULT_KEYS: u64 = 1_000;
+/// `--concurrency`'s default.
+pub const DEFAULT_CONCURRENCY: usize = 64;
+/// `--duration`'s default.
+pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// `--rate`'s default: 100 per second.
+pub fn default_rate() -> Rate {
+    Rate::new(100, Duration::from_secs(1)).expect("100 per second is a valid rate")
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    slidegate::rate::parse_window(text).map_err(|e| e.to_string())
+/// What to measure (see `slidegate bench --help`).
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// The store to drive in-process (ignored with a target).
+    pub store: StoreOptions,
+    /// A running server to drive instead: `http://host:port` or `grpc://host:port`.
+    pub target: Option<String>,
+    /// What to call on the target.
+    pub op: Option<String>,
+    /// Distinct keys, spread evenly over the requests.
+    pub keys: u64,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// How long to run.
+    pub duration: Duration,
+    /// The rule of every decision.
+    pub rate: Rate,
+    /// The algorithm enforcing the rate.
+    pub algorithm: Algorithm,
+    /// A lockout of this long for the rule.
+    pub block_for: Option<Duration>,
+    /// The rule reports usage.
+    pub report: bool,
+    /// Print the result as one JSON object.
+    pub json: bool,
 }
 
 /// The outcome of one call.
@@ -129,7 +125,7 @@ pub struct Percentiles {
 
 /// Runs a bench as the arguments say and prints the report. `store` is
 /// the store opened from `--store`, used when there is no `--target`.
-pub async fn run<S>(args: BenchArgs, store: Option<S>) -> anyhow::Result<Report>
+pub async fn run<S>(args: BenchOptions, store: Option<S>) -> anyhow::Result<Report>
 where
     S: Store + Clone + 'static,
 {
@@ -173,7 +169,7 @@ where
     Ok(report)
 }
 
-async fn http(args: &BenchArgs, target: &str, rule: Rule) -> anyhow::Result<Report> {
+async fn http(args: &BenchOptions, target: &str, rule: Rule) -> anyhow::Result<Report> {
     let base = target.trim_end_matches('/').to_owned();
     let op = args.op.clone().unwrap_or_else(|| "acquire".into());
     let mut connector = HttpConnector::new();
@@ -232,7 +228,7 @@ async fn http(args: &BenchArgs, target: &str, rule: Rule) -> anyhow::Result<Repo
     .await)
 }
 
-async fn grpc(args: &BenchArgs, target: &str) -> anyhow::Result<Report> {
+async fn grpc(args: &BenchOptions, target: &str) -> anyhow::Result<Report> {
     let endpoint = format!("http://{}", target.trim_start_matches("grpc://"));
     let op = args
         .op
@@ -296,7 +292,7 @@ async fn grpc(args: &BenchArgs, target: &str) -> anyhow::Result<Report> {
 }
 
 /// Runs `call` from `concurrency` tasks for the duration.
-async fn drive<C, Fut>(args: &BenchArgs, subject: &str, op: &str, call: C) -> Report
+async fn drive<C, Fut>(args: &BenchOptions, subject: &str, op: &str, call: C) -> Report
 where
     C: Fn(String) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Answer> + Send,
@@ -386,7 +382,7 @@ fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 2).expect("constant bounds are valid")
 }
 
-fn progress_bar(args: &BenchArgs) -> ProgressBar {
+fn progress_bar(args: &BenchOptions) -> ProgressBar {
     if args.json {
         return ProgressBar::hidden();
     }

@@ -1,16 +1,37 @@
 //! `slidegate check`: one decision, printed as the JSON of `POST /v1/acquire`.
 
+use std::time::Duration;
+
 use anyhow::Context;
-use slidegate::Rule;
+use slidegate::{Algorithm, Rate, Rule};
 
 use crate::api::http::DecisionBody;
-use crate::cli::CheckArgs;
 use crate::limiter::adhoc;
-use crate::store::backend::Backend;
+use crate::store::{Backend, StoreOptions};
+
+/// `--cost`'s default.
+pub const DEFAULT_COST: u64 = 1;
+
+/// One decision to take (see `slidegate check --help`).
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    /// The ad-hoc key to decide for.
+    pub key: String,
+    /// Its rates, decided all-or-nothing.
+    pub rates: Vec<Rate>,
+    /// Units the request consumes.
+    pub cost: u64,
+    /// The algorithm of every rate.
+    pub algorithm: Algorithm,
+    /// How long it may wait for its turn.
+    pub wait: Option<Duration>,
+    /// The store it is decided in.
+    pub store: StoreOptions,
+}
 
 /// Decides once and prints the decision as one line of JSON on stdout
 /// (with `--wait`, once its turn has come, with `waited_ms`).
-pub async fn run(args: CheckArgs) -> anyhow::Result<()> {
+pub async fn run(args: CheckOptions) -> anyhow::Result<()> {
     let checked = decide(&args).await?;
     let mut json = serde_json::to_string(&checked.decision)?;
     if let Some(waited) = checked.waited {
@@ -34,7 +55,7 @@ pub struct Checked {
 
 /// Decides once against the store `--store` names; with `--wait`, reserves
 /// and sleeps until the request's turn.
-pub async fn decide(args: &CheckArgs) -> anyhow::Result<Checked> {
+pub async fn decide(args: &CheckOptions) -> anyhow::Result<Checked> {
     let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;

@@ -3,6 +3,7 @@
 //! and both listeners; then serving until a signal, and a graceful stop.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,21 +14,78 @@ use tokio::sync::watch;
 
 use super::parts::Parts;
 use crate::api;
-use crate::cli::ServeArgs;
+use crate::api::envoy::headers::ResponseHeaders;
+use crate::bounds::RequestBounds;
 use crate::net::grpc;
 use crate::net::http1::{self, DEFAULT_SHUTDOWN_GRACE};
-use crate::net::listen::{ConnectionLimits, GrpcLimits};
+use crate::net::{ConnectionLimits, GrpcLimits};
 use crate::rules::{LiveConfig, LoadOptions};
-use crate::store::backend::Backend;
+use crate::store::{Backend, StoreOptions};
 
 /// How long the config watcher waits for a burst of file events to settle.
 const RELOAD_DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// `--http-addr`'s default.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
+
+/// `--grpc-addr`'s default.
+pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:8081";
+
+/// What `slidegate serve` is started with (see `slidegate serve --help`).
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Where spans are exported over OTLP/gRPC, if anywhere.
+    pub otlp_endpoint: Option<String>,
+    /// Where the HTTP API listens.
+    pub http_addr: String,
+    /// Where the gRPC services listen.
+    pub grpc_addr: String,
+    /// The rule files and directories.
+    pub config: Vec<PathBuf>,
+    /// Merge a domain split over several files.
+    pub merge_domains: bool,
+    /// Accept a config with no domain, and reloads that remove domains.
+    pub allow_empty_config: bool,
+    /// The admin token, given as such.
+    pub admin_token: Option<String>,
+    /// The file the admin token is read from.
+    pub admin_token_file: Option<PathBuf>,
+    /// The rate limit header fields of check answers.
+    pub response_headers: ResponseHeaders,
+    /// The most requests waiting for their turn at once.
+    pub max_waiting: usize,
+    /// How much one request may ask.
+    pub bounds: RequestBounds,
+    /// The store.
+    pub store: StoreOptions,
+    /// The bounds of the listeners and of a stop.
+    pub limits: ServeLimits,
+}
+
+impl ServeOptions {
+    /// The admin token, given or read from its file (a trailing newline
+    /// is ignored). The error never shows the token.
+    pub fn admin_token(&self) -> anyhow::Result<Option<String>> {
+        let Some(path) = &self.admin_token_file else {
+            return Ok(self.admin_token.clone());
+        };
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the admin token file {}", path.display()))?;
+        let token = text.trim_end_matches(['\r', '\n']);
+        anyhow::ensure!(
+            !token.is_empty(),
+            "the admin token file {} is empty",
+            path.display()
+        );
+        Ok(Some(token.to_owned()))
+    }
+}
 
 /// Runs the service until SIGTERM or Ctrl-C, then returns once the
 /// requests in flight are answered (within `--shutdown-grace`), with the
 /// instant the grace ends: what the process still sends on its way out
 /// (the spans of `--otlp-endpoint`) is bounded by it.
-pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
+pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
     let metrics = crate::telemetry::metrics::install();
     let upkeep = tokio::spawn(crate::telemetry::metrics::upkeep(metrics.clone()));
     let backend = Backend::connect(&args.store)
@@ -56,7 +114,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
     let probe = backend.clone();
     let mut parts = Parts::new(backend)
         .with_admin_token(admin_token)
-        .with_bounds((&args.bounds).into())
+        .with_bounds(args.bounds)
         .with_response_headers(args.response_headers)
         .with_max_waiting(args.max_waiting)
         .with_metrics(metrics);
@@ -80,7 +138,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<std::time::Instant> {
         rules = ?args.config,
         "slidegate is serving"
     );
-    let limits = args.connections.limits();
+    let limits = args.limits;
     let (signalled, signal_time) = tokio::sync::oneshot::channel();
     let signal = shutdown_signal();
     let shutdown = async move {

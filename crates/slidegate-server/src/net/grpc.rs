@@ -9,10 +9,13 @@
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 
-use crate::net::listen::{
-    Acceptor, Conn, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES,
-    GoAway, GrpcLimits, Protocol as ListenerProtocol, TrackRequests,
+use super::conn::{Conn, GoAway};
+use super::grpc_calls::TrackRequests;
+use super::limits::{
+    GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES, GrpcLimits,
+    Protocol as ListenerProtocol,
 };
+use super::listen::Acceptor;
 
 /// The gRPC services with the layers of every call.
 type Router = tonic::transport::server::Router<
@@ -112,7 +115,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::net::listen::ConnectionLimits;
+    use crate::net::limits::ConnectionLimits;
 
     /// A connection that goes before its first call (a port scan, a client
     /// that gives up) ends its task at once, not at its maximum age: the

@@ -14,7 +14,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
-use super::listen::{Acceptor, Conn, ConnectionLimits, Protocol};
+use super::conn::Conn;
+use super::limits::{ConnectionLimits, Protocol};
+use super::listen::Acceptor;
 
 /// How long a stop waits for the requests in flight by default
 /// (`--shutdown-grace`).

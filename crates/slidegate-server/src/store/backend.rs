@@ -6,10 +6,6 @@
 //! one more variant here and one more arm in [`Backend::connect`]: nothing
 //! else changes.
 
-use std::borrow::Cow;
-use std::fmt;
-use std::str::FromStr;
-
 use std::time::Duration;
 
 use slidegate::clock::SystemClock;
@@ -17,98 +13,11 @@ use slidegate::store::redis::{Coalesce, RedisStore};
 use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{Decision, Error, Hit, MemoryStore, Rule, Store};
 
-use crate::cli::{ClockMode, CoalesceMode, StoreArgs};
+use super::options::{ClockMode, CoalesceMode, StoreOptions};
+use super::url::{StoreUrl, redis_nodes};
+use crate::spans;
+use crate::telemetry::stats::{BreakerState, StoreInfo};
 use crate::telemetry::store_calls::Instrumented;
-
-/// A parsed `--store` value.
-#[derive(Clone, PartialEq, Eq)]
-pub enum StoreUrl {
-    /// `memory`: the in-process store.
-    Memory,
-    /// `redis://…`, `rediss://…`, `redis+cluster://…` or
-    /// `redis+sentinel://…`: the Redis store.
-    Redis(String),
-}
-
-impl fmt::Debug for StoreUrl {
-    /// The URL without its password.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreUrl::Memory => f.write_str("Memory"),
-            StoreUrl::Redis(url) => f.debug_tuple("Redis").field(&redact_url(url)).finish(),
-        }
-    }
-}
-
-/// A `--store` value that names no known store (shown without its password).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error(
-    "unknown store {:?}: expected `memory`, `redis://HOST:PORT`, `rediss://HOST:PORT`, `redis+cluster://H1:P1,H2:P2` or `redis+sentinel://H1:P1,H2:P2/MASTER_NAME`",
-    redact_url(.0)
-)]
-pub struct UnknownStore(String);
-
-/// `url` fit to be shown: whatever follows the user name in its user info
-/// (`user:password@`) becomes `***`, as does its query string (Redis URLs
-/// may carry `?pass=`). Works on mistyped URLs too: the password is
-/// whatever stands between the first `:` after the scheme and the last `@`.
-///
-/// `redis://app:s3cret@10.0.0.1:6379/0` → `redis://app:***@10.0.0.1:6379/0`
-pub fn redact_url(url: &str) -> Cow<'_, str> {
-    let (url, query) = match url.split_once('?') {
-        Some((url, _)) => (url, "?***"),
-        None => (url, ""),
-    };
-    let Some((before, host)) = url.rsplit_once('@') else {
-        return match query {
-            "" => Cow::Borrowed(url),
-            query => Cow::Owned(format!("{url}{query}")),
-        };
-    };
-    let (scheme, user_info) = match before.split_once("://") {
-        Some((scheme, rest)) => (Some(scheme), rest),
-        None => (None, before),
-    };
-    let user = match user_info.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => "***".to_owned(),
-    };
-    Cow::Owned(match scheme {
-        Some(scheme) => format!("{scheme}://{user}@{host}{query}"),
-        None => format!("{user}@{host}{query}"),
-    })
-}
-
-impl FromStr for StoreUrl {
-    type Err = UnknownStore;
-
-    fn from_str(s: &str) -> Result<StoreUrl, UnknownStore> {
-        let trimmed = s.trim();
-        if trimmed.eq_ignore_ascii_case("memory") || trimmed.eq_ignore_ascii_case("memory://") {
-            return Ok(StoreUrl::Memory);
-        }
-        let scheme = trimmed
-            .split_once("://")
-            .map(|(scheme, _)| scheme.to_ascii_lowercase());
-        match scheme.as_deref() {
-            Some(
-                "redis" | "rediss" | "redis+cluster" | "rediss+cluster" | "redis+sentinel"
-                | "rediss+sentinel",
-            ) => Ok(StoreUrl::Redis(trimmed.to_owned())),
-            _ => Err(UnknownStore(s.to_owned())),
-        }
-    }
-}
-
-impl fmt::Display for StoreUrl {
-    /// The kind of store, never the URL itself (it may carry a password).
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreUrl::Memory => f.write_str("memory"),
-            StoreUrl::Redis(_) => f.write_str("redis"),
-        }
-    }
-}
 
 /// Why a store could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -144,16 +53,31 @@ pub struct MemoryBackend {
 }
 
 impl MemoryBackend {
+    /// The answer of the failure policy to a request under a rule of
+    /// `limit`, counted.
     fn when_full(&self, limit: u64) -> Decision {
         let allow = self.when_full == FailurePolicy::Allow;
         metrics::counter!("slidegate_policy_decisions_total", "policy" => self.when_full.to_string()).increment(1);
-        Decision::by_policy(allow, limit, std::time::Duration::from_secs(1))
+        Decision::by_policy(allow, limit, Duration::from_secs(1))
+    }
+
+    /// `result`, with a full store answered by the failure policy (made by
+    /// `answer`): every call of the memory store goes through here.
+    fn or_when_full<T>(
+        &self,
+        result: slidegate::Result<T>,
+        answer: impl FnOnce(&Self) -> T,
+    ) -> slidegate::Result<T> {
+        match result {
+            Err(Error::StoreFull { .. }) => Ok(answer(self)),
+            other => other,
+        }
     }
 }
 
 impl Backend {
     /// Opens the store the flags name.
-    pub async fn connect(args: &StoreArgs) -> Result<Backend, ConnectError> {
+    pub async fn connect(args: &StoreOptions) -> Result<Backend, ConnectError> {
         match &args.url {
             StoreUrl::Memory => Ok(Backend::Memory(MemoryBackend {
                 store: Instrumented::untimed(
@@ -167,7 +91,7 @@ impl Backend {
                 when_full: args.on_error,
             })),
             StoreUrl::Redis(url) => {
-                let timeout = Duration::from_millis(args.timeout_ms.max(1));
+                let timeout = args.timeout();
                 let builder = RedisStore::builder(url.clone()).timeout(timeout).coalesce(
                     match args.coalesce {
                         CoalesceMode::On => Coalesce::on(),
@@ -183,7 +107,7 @@ impl Backend {
                     None => builder,
                 };
                 let redis = builder.build_lazy().map_err(ConnectError::Redis)?;
-                crate::spans::set_store_node(redis_nodes(url));
+                spans::set_store_node(redis_nodes(url).to_owned());
                 let kind = if redis.is_cluster() {
                     "redis_cluster"
                 } else {
@@ -203,8 +127,7 @@ impl Backend {
     }
 
     /// The store's kind and breakers, for the status page.
-    pub fn status(&self) -> crate::telemetry::stats::StoreInfo {
-        use crate::telemetry::stats::{BreakerState, StoreInfo};
+    pub fn status(&self) -> StoreInfo {
         match self {
             Backend::Memory(memory) => StoreInfo {
                 kind: self.kind().to_owned(),
@@ -245,15 +168,6 @@ impl Backend {
     }
 }
 
-/// The `host:port` list of a Redis URL, without user, password, database
-/// or query: what the store call spans name as `node`.
-fn redis_nodes(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, hosts)| hosts);
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    rest[..end].to_owned()
-}
-
 fn min_limit(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::limit).min().unwrap_or(0)
 }
@@ -263,14 +177,12 @@ impl Store for Backend {
         match self {
             Backend::Memory(m) => {
                 let call = Store::acquire(&m.store, key, rules, cost);
-                match crate::spans::store_call("memory", "acquire", call).await {
-                    Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
-                    other => other,
-                }
+                let result = spans::store_call("memory", "acquire", call).await;
+                m.or_when_full(result, |m| m.when_full(min_limit(rules)))
             }
             Backend::Redis(store) => {
                 let call = store.acquire(key, rules, cost);
-                crate::spans::store_call(self.kind(), "acquire", call).await
+                spans::store_call(self.kind(), "acquire", call).await
             }
         }
     }
@@ -283,16 +195,16 @@ impl Store for Backend {
         rules: &[Rule],
         cost: u64,
     ) -> Option<slidegate::Result<Decision>> {
-        if crate::spans::enabled() {
+        if spans::enabled() {
             // Traced decisions take the awaited path: its store call has a
             // span of its own.
             return None;
         }
         match self {
-            Backend::Memory(m) => Some(match m.store.acquire_now(key, rules, cost)? {
-                Err(Error::StoreFull { .. }) => Ok(m.when_full(min_limit(rules))),
-                other => other,
-            }),
+            Backend::Memory(m) => {
+                let result = m.store.acquire_now(key, rules, cost)?;
+                Some(m.or_when_full(result, |m| m.when_full(min_limit(rules))))
+            }
             Backend::Redis(store) => store.acquire_now(key, rules, cost),
         }
     }
@@ -301,16 +213,14 @@ impl Store for Backend {
         match self {
             Backend::Memory(m) => {
                 let call = Store::acquire_batch(&m.store, hits);
-                match crate::spans::store_call("memory", "acquire_batch", call).await {
-                    Err(Error::StoreFull { .. }) => {
-                        Ok(hits.iter().map(|h| m.when_full(h.rule.limit())).collect())
-                    }
-                    other => other,
-                }
+                let result = spans::store_call("memory", "acquire_batch", call).await;
+                m.or_when_full(result, |m| {
+                    hits.iter().map(|h| m.when_full(h.rule.limit())).collect()
+                })
             }
             Backend::Redis(store) => {
                 let call = store.acquire_batch(hits);
-                crate::spans::store_call(self.kind(), "acquire_batch", call).await
+                spans::store_call(self.kind(), "acquire_batch", call).await
             }
         }
     }
@@ -321,13 +231,13 @@ impl Store for Backend {
         max_wait: std::time::Duration,
     ) -> slidegate::Result<slidegate::store::BatchReservation> {
         match self {
-            Backend::Memory(m) => match Store::reserve_batch(&m.store, hits, max_wait).await {
-                Err(Error::StoreFull { .. }) => Ok(slidegate::store::BatchReservation::new(
-                    hits.iter().map(|h| m.when_full(h.rule.limit())).collect(),
-                    None,
-                )),
-                other => other,
-            },
+            Backend::Memory(m) => {
+                let result = Store::reserve_batch(&m.store, hits, max_wait).await;
+                m.or_when_full(result, |m| {
+                    let decisions = hits.iter().map(|h| m.when_full(h.rule.limit())).collect();
+                    slidegate::store::BatchReservation::new(decisions, None)
+                })
+            }
             Backend::Redis(store) => store.reserve_batch(hits, max_wait).await,
         }
     }
@@ -361,75 +271,13 @@ impl Store for Backend {
 mod tests {
     use super::*;
 
-    #[test]
-    fn store_urls_parse_by_scheme() {
-        assert_eq!("memory".parse(), Ok(StoreUrl::Memory));
-        assert_eq!(" MEMORY ".parse(), Ok(StoreUrl::Memory));
-        assert_eq!(
-            "redis://127.0.0.1:6379".parse(),
-            Ok(StoreUrl::Redis("redis://127.0.0.1:6379".into()))
-        );
-        assert!(matches!(
-            "redis+cluster://a:1,b:2".parse(),
-            Ok(StoreUrl::Redis(_))
-        ));
-        for sentinel in [
-            "redis+sentinel://a:26379,b:26379/mymaster",
-            "rediss+sentinel://a:26379/mymaster/1",
-        ] {
-            assert_eq!(sentinel.parse(), Ok(StoreUrl::Redis(sentinel.into())));
-        }
-        for bad in ["", "mem", "http://x", "redis", "postgres://db"] {
-            assert!(bad.parse::<StoreUrl>().is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn a_store_url_never_prints_its_password() {
-        let url: StoreUrl = "redis://user:secret@host:6379".parse().unwrap();
-        assert_eq!(url.to_string(), "redis");
-        assert_eq!(format!("{url:?}"), r#"Redis("redis://user:***@host:6379")"#);
-        let unknown = "redis:/user:secret@host".parse::<StoreUrl>().unwrap_err();
-        assert!(!unknown.to_string().contains("secret"), "{unknown}");
-    }
-
-    #[test]
-    fn redaction_hides_passwords_in_urls_well_formed_or_not() {
-        for (url, shown) in [
-            (
-                "redis://app:s3cret@10.0.0.1:6379/0",
-                "redis://app:***@10.0.0.1:6379/0",
-            ),
-            ("rediss://:s3cret@host", "rediss://:***@host"),
-            ("redis://s3cret@host", "redis://***@host"),
-            (
-                "redis+cluster://u:s3cret@a:1,b:2",
-                "redis+cluster://u:***@a:1,b:2",
-            ),
-            (
-                "redis+sentinel://u:s3cret@a:1,b:2/mymaster?sentinel_password=s3cret",
-                "redis+sentinel://u:***@a:1,b:2/mymaster?***",
-            ),
-            ("redis://u:p@ss:s3cret@host", "redis://u:***@host"),
-            ("redis:/u:s3cret@host", "redis:***@host"),
-            (
-                "redis+unix:///tmp/r.sock?pass=s3cret",
-                "redis+unix:///tmp/r.sock?***",
-            ),
-            ("redis://host:6379", "redis://host:6379"),
-            ("memory", "memory"),
-        ] {
-            assert_eq!(redact_url(url), shown, "{url}");
-        }
-    }
-
-    fn memory_args(max_keys: usize, on_error: FailurePolicy) -> StoreArgs {
-        StoreArgs {
+    fn memory_args(max_keys: usize, on_error: FailurePolicy) -> StoreOptions {
+        StoreOptions {
             url: StoreUrl::Memory,
             on_error,
             timeout_ms: 50,
-            clock: crate::cli::ClockMode::Server,
-            coalesce: crate::cli::CoalesceMode::On,
+            clock: ClockMode::Server,
+            coalesce: CoalesceMode::On,
             expiry_margin_ms: None,
             max_keys,
             max_memory_bytes: 1 << 30,

@@ -14,9 +14,10 @@ use tracing_subscriber::{EnvFilter, Layer};
 use super::otlp::{self, Otlp};
 
 /// How log lines are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
     /// Human-readable lines.
+    #[default]
     Text,
     /// One JSON object per line, for log collectors.
     Json,
@@ -29,7 +30,7 @@ pub fn init(format: LogFormat) -> anyhow::Result<()> {
 }
 
 /// [`init`], and with `otlp_endpoint`, spans exported over OTLP (see
-/// [`otlp`](super::otlp)); must then run inside a tokio
+/// [`otlp`]); must then run inside a tokio
 /// runtime. The returned exporter flushes on [`Otlp::shutdown`].
 pub fn init_with(format: LogFormat, otlp_endpoint: Option<&str>) -> anyhow::Result<Option<Otlp>> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));

@@ -12,9 +12,9 @@ use hyper_util::rt::TokioIo;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{MemoryStore, Store};
 use slidegate_server::api::http::router;
-use slidegate_server::cli::{ClockMode, CoalesceMode, StoreArgs};
 use slidegate_server::commands::parts::Parts;
-use slidegate_server::store::backend::{Backend, StoreUrl};
+use slidegate_server::store::{Backend, StoreUrl};
+use slidegate_server::store::{ClockMode, CoalesceMode, StoreOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
@@ -77,7 +77,7 @@ impl TestStore {
 /// The backend `slidegate serve --store URL --on-store-error POLICY
 /// --store-timeout-ms TIMEOUT_MS` decides with.
 pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> Backend {
-    let args = StoreArgs {
+    let args = StoreOptions {
         url,
         on_error: policy,
         timeout_ms,

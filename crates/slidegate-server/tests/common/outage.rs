@@ -9,7 +9,7 @@ use http::StatusCode;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate_server::commands::parts::Parts;
 use slidegate_server::rules::{LiveConfig, LoadOptions};
-use slidegate_server::store::backend::StoreUrl;
+use slidegate_server::store::StoreUrl;
 
 use crate::common::{self, TestServer};
 use crate::load::{Answer, Plan, Sample, Stalls};

@@ -24,14 +24,13 @@ use crate::limiter::check::{CheckResponse, Code, MetricName, Verdict};
 use crate::rules::Enforcement;
 
 /// Which rate limit header fields answers carry.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ResponseHeaders {
     /// None (the default, as in envoyproxy/ratelimit).
     #[default]
     Off,
     /// `RateLimit-Policy`, `RateLimit` (draft-ietf-httpapi-ratelimit-headers-10)
     /// and `Retry-After` on OVER_LIMIT.
-    #[value(name = "draft10")]
     Draft10,
 }
 

@@ -9,7 +9,7 @@
 //! and quota-mode limits are counted when the request passes and they have
 //! room, and never deny it.
 //!
-//! A cost above what one decision may ask of a counter ([`Rule::max_cost`])
+//! A cost above what one decision may ask of a counter ([`Rule::max_cost`](slidegate::Rule::max_cost))
 //! is over the limit whatever the state, and nothing is counted; under a
 //! limit that reports usage it is recorded as that ceiling (10^12, more
 //! than any limit) instead: Envoy sends a report once the response is done

@@ -1,0 +1,191 @@
+//! `POST /v1/acquire`: its body read at once in the common shape
+//! ([`fast`](super::fast)), or through a JSON tree with every mistake
+//! named.
+
+use std::time::Duration;
+
+use slidegate::{Algorithm, Rule};
+
+use super::fast;
+use super::fields::{
+    missing, parse_algorithm, parse_block, parse_max_wait, parse_object, parse_report, parse_rule,
+    pick, with_options,
+};
+use super::parsed::{AcquireRequest, MAX_RULES_PER_REQUEST};
+use crate::api::http::error::{ApiError, ErrorCode};
+use crate::api::http::json::JsonNode;
+use crate::bounds::RequestBounds;
+
+const ACQUIRE_FIELDS: [&str; 9] = [
+    "key",
+    "limit",
+    "window_ms",
+    "cost",
+    "algorithm",
+    "rules",
+    "max_wait_ms",
+    "report",
+    "block_ms",
+];
+const RULE_FIELDS: [&str; 5] = ["limit", "window_ms", "algorithm", "report", "block_ms"];
+/// Parses the body of `POST /v1/acquire`:
+/// `{"key":"k","limit":100,"window_ms":60000,"cost":1,"algorithm":"sliding_log"}`,
+/// or `{"key":"k","rules":[{"limit":..,"window_ms":..,"algorithm":..},..],"cost":1}`.
+/// A top-level `algorithm` is the default of rules that name none, and so
+/// are `report` (record the cost whatever the answer) and `block_ms` (lock
+/// the key out this long once a rule denies it). `null` stands for an
+/// absent optional field. Limits, windows and blocks are ad-hoc: at most
+/// `bounds.max_adhoc_limit` and `bounds.max_adhoc_window`.
+pub fn parse_acquire(body: &[u8], bounds: &RequestBounds) -> Result<AcquireRequest, ApiError> {
+    match fast::parse_acquire(body, bounds) {
+        Some(request) => Ok(request),
+        None => parse_acquire_tree(body, bounds),
+    }
+}
+
+/// [`parse_acquire`] through a JSON tree: every shape, every mistake named.
+pub(super) fn parse_acquire_tree(
+    body: &[u8],
+    bounds: &RequestBounds,
+) -> Result<AcquireRequest, ApiError> {
+    let members = parse_object(body)?;
+    let [
+        key,
+        limit,
+        window_ms,
+        cost,
+        algorithm,
+        rules,
+        max_wait_ms,
+        report,
+        block_ms,
+    ] = pick(members, &ACQUIRE_FIELDS, "")?;
+    let key = match key {
+        Some(JsonNode::String(key)) => key,
+        Some(other) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidKey,
+                format!("\"key\" must be a string, got {}", other.kind()),
+            ));
+        }
+        None => return Err(missing("key")),
+    };
+    let defaults = RuleDefaults {
+        algorithm: parse_algorithm(algorithm)?,
+        report: parse_report(report)?.unwrap_or(false),
+        block: parse_block(block_ms, bounds)?.unwrap_or(Duration::ZERO),
+    };
+    let rules = match (rules, limit, window_ms) {
+        (Some(rules), None, None) => parse_rules(rules, &defaults, bounds)?,
+        (Some(_), _, _) => {
+            return Err(ApiError::new(
+                ErrorCode::ConflictingFields,
+                "give either \"rules\" or \"limit\" and \"window_ms\", not both",
+            ));
+        }
+        (None, limit, window_ms) => {
+            let rule = parse_rule(limit, window_ms, defaults.algorithm, bounds)?;
+            vec![with_options(rule, defaults.report, defaults.block)?]
+        }
+    };
+    let cost = match cost {
+        None | Some(JsonNode::Null) => 1,
+        Some(JsonNode::Unsigned(cost)) => cost,
+        Some(other) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidCost,
+                format!(
+                    "\"cost\" must be a whole number from 0 to {}, got {}",
+                    u64::MAX,
+                    other.brief()
+                ),
+            ));
+        }
+    };
+    let max_wait = parse_max_wait(max_wait_ms)?;
+    if !max_wait.is_zero() && rules.iter().any(Rule::reports) {
+        return Err(ApiError::new(
+            ErrorCode::ConflictingFields,
+            "a request that reports usage (\"report\": true) cannot wait: leave out \"max_wait_ms\"",
+        ));
+    }
+    Ok(AcquireRequest {
+        key,
+        rules,
+        cost,
+        max_wait,
+    })
+}
+
+/// What a rule of `rules` takes from the request when it says nothing.
+struct RuleDefaults {
+    algorithm: Algorithm,
+    report: bool,
+    block: Duration,
+}
+
+fn parse_rules(
+    rules: JsonNode,
+    defaults: &RuleDefaults,
+    bounds: &RequestBounds,
+) -> Result<Vec<Rule>, ApiError> {
+    let items = match rules {
+        JsonNode::Array(items) if !items.is_empty() && items.len() <= MAX_RULES_PER_REQUEST => {
+            items
+        }
+        JsonNode::Array(items) => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!(
+                    "\"rules\" must hold 1 to {MAX_RULES_PER_REQUEST} rules, got {}",
+                    items.len()
+                ),
+            ));
+        }
+        other => {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!(
+                    "\"rules\" must be an array of rule objects, got {}",
+                    other.kind()
+                ),
+            ));
+        }
+    };
+    let mut rules: Vec<Rule> = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let place = format!("rules[{i}]");
+        let JsonNode::Object(members) = item else {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!(
+                    "{place} must be an object such as {{\"limit\":100,\"window_ms\":60000}}, got {}",
+                    item.kind()
+                ),
+            ));
+        };
+        let [limit, window_ms, algorithm, report, block_ms] =
+            pick(members, &RULE_FIELDS, &format!("{place}."))?;
+        let algorithm = match algorithm {
+            None | Some(JsonNode::Null) => defaults.algorithm,
+            some => parse_algorithm(some).map_err(|e| e.at(&place))?,
+        };
+        let report = parse_report(report)
+            .map_err(|e| e.at(&place))?
+            .unwrap_or(defaults.report);
+        let block = parse_block(block_ms, bounds)
+            .map_err(|e| e.at(&place))?
+            .unwrap_or(defaults.block);
+        let rule = parse_rule(limit, window_ms, algorithm, bounds)
+            .and_then(|rule| with_options(rule, report, block))
+            .map_err(|e| e.at(&place))?;
+        if let Some(j) = rules.iter().position(|r| r.same_state(&rule)) {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRules,
+                format!("{place} repeats rules[{j}]"),
+            ));
+        }
+        rules.push(rule);
+    }
+    Ok(rules)
+}

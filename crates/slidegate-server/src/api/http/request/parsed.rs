@@ -1,0 +1,37 @@
+//! What the requests of the HTTP API are read into.
+
+use std::time::Duration;
+
+use slidegate::Rule;
+
+/// The most rules one request may carry.
+pub const MAX_RULES_PER_REQUEST: usize = 16;
+
+/// A parsed `POST /v1/acquire`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcquireRequest {
+    /// The key to decide for, as the client wrote it: an ad-hoc key (see
+    /// [`keyspace::adhoc_key`](crate::keys::adhoc_key)), of any length.
+    pub key: String,
+    /// One rule, or several decided all-or-nothing. Never empty.
+    pub rules: Vec<Rule>,
+    /// Units the request consumes; 0 checks without consuming.
+    pub cost: u64,
+    /// How long the request may wait for its turn when it does not fit
+    /// now (`max_wait_ms`, 0 by default: refused at once); at most
+    /// [`MAX_WAIT_MS`].
+    pub max_wait: Duration,
+}
+
+/// The most `max_wait_ms` may ask: 5 s. A waiting request is answered
+/// within the API's request timeout (10 s) with room to spare.
+pub const MAX_WAIT_MS: u64 = 5_000;
+
+/// A parsed `GET /v1/keys/{key}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeekRequest {
+    /// The key to look at.
+    pub key: String,
+    /// The rule to look at it under.
+    pub rule: Rule,
+}

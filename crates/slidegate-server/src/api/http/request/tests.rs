@@ -1,0 +1,316 @@
+use std::time::Duration;
+
+use slidegate::{Algorithm, Rule};
+
+use super::acquire::parse_acquire_tree;
+use super::fast;
+use super::*;
+use crate::api::http::error::ErrorCode;
+use crate::bounds::RequestBounds;
+
+fn code(body: &str) -> ErrorCode {
+    match parse_acquire(body.as_bytes(), &RequestBounds::default()) {
+        Ok(request) => panic!("{body} was accepted: {request:?}"),
+        Err(error) => error.code(),
+    }
+}
+
+#[test]
+fn report_and_block_ms_apply_to_every_rule_unless_a_rule_says_otherwise() {
+    let request = parse_acquire(
+        br#"{"key":"k","report":true,"block_ms":60000,"rules":[
+            {"limit":100,"window_ms":60000},
+            {"limit":5,"window_ms":1000,"report":false,"block_ms":0}]}"#,
+        &RequestBounds::default(),
+    )
+    .unwrap();
+    assert!(request.rules[0].reports());
+    assert_eq!(request.rules[0].block(), Some(Duration::from_secs(60)));
+    assert!(!request.rules[1].reports());
+    assert_eq!(request.rules[1].block(), None);
+    let one = parse_acquire(
+        br#"{"key":"k","limit":5,"window_ms":1000,"cost":150,"report":true}"#,
+        &RequestBounds::default(),
+    )
+    .unwrap();
+    assert!(one.rules[0].reports());
+    assert_eq!(one.cost, 150);
+    for (body, want) in [
+        (
+            r#"{"key":"k","limit":1,"window_ms":1,"report":"yes"}"#,
+            ErrorCode::InvalidReport,
+        ),
+        (
+            r#"{"key":"k","limit":1,"window_ms":1,"block_ms":-1}"#,
+            ErrorCode::InvalidBlock,
+        ),
+        (
+            r#"{"key":"k","limit":1,"window_ms":1,"block_ms":86400001}"#,
+            ErrorCode::InvalidBlock,
+        ),
+        (
+            r#"{"key":"k","rules":[{"limit":1,"window_ms":1,"block_ms":1.5}]}"#,
+            ErrorCode::InvalidBlock,
+        ),
+        (
+            r#"{"key":"k","limit":1,"window_ms":1,"report":true,"max_wait_ms":10}"#,
+            ErrorCode::ConflictingFields,
+        ),
+    ] {
+        assert_eq!(code(body), want, "{body}");
+    }
+}
+
+#[test]
+fn a_single_rule_request_parses_with_defaults() {
+    let request = parse_acquire(
+        br#"{"key":"login:1","limit":100,"window_ms":60000}"#,
+        &RequestBounds::default(),
+    )
+    .unwrap();
+    assert_eq!(request.key, "login:1");
+    assert_eq!(request.cost, 1);
+    assert_eq!(request.rules, vec![Rule::parse("100/1m").unwrap()]);
+    assert_eq!(request.max_wait, Duration::ZERO);
+}
+
+#[test]
+fn max_wait_is_read_and_bounded() {
+    let bounds = RequestBounds::default();
+    let waits = parse_acquire(
+        br#"{"key":"k","limit":3,"window_ms":1000,"max_wait_ms":3000}"#,
+        &bounds,
+    )
+    .unwrap();
+    assert_eq!(waits.max_wait, Duration::from_secs(3));
+    for bad in [r#"5001"#, r#"-1"#, r#""1s""#, r#"1.5"#] {
+        let body = format!(r#"{{"key":"k","limit":3,"window_ms":1000,"max_wait_ms":{bad}}}"#);
+        assert_eq!(code(&body), ErrorCode::InvalidMaxWait, "max_wait_ms {bad}");
+    }
+}
+
+#[test]
+fn rules_take_the_top_level_algorithm_unless_they_name_one() {
+    let request = parse_acquire(
+        br#"{"key":"k","algorithm":"gcra","cost":0,"rules":[
+            {"limit":10,"window_ms":1000},
+            {"limit":1000,"window_ms":3600000,"algorithm":"sliding_log"}]}"#,
+        &RequestBounds::default(),
+    )
+    .unwrap();
+    assert_eq!(request.cost, 0);
+    assert_eq!(request.rules[0].algorithm(), Algorithm::Gcra);
+    assert_eq!(request.rules[1].algorithm(), Algorithm::SlidingLog);
+}
+
+#[test]
+fn each_mistake_has_its_own_code() {
+    assert_eq!(
+        code(r#"{"limit":1,"window_ms":1}"#),
+        ErrorCode::MissingField
+    );
+    assert_eq!(
+        code(r#"{"key":"k","window_ms":1}"#),
+        ErrorCode::MissingField
+    );
+    assert_eq!(code(r#"{"key":"k","limit":1}"#), ErrorCode::MissingField);
+    assert_eq!(
+        code(r#"{"key":1,"limit":1,"window_ms":1}"#),
+        ErrorCode::InvalidKey
+    );
+    assert_eq!(
+        code(r#"{"key":"k","limit":0,"window_ms":1}"#),
+        ErrorCode::InvalidLimit
+    );
+    assert_eq!(
+        code(r#"{"key":"k","limit":1.5,"window_ms":1}"#),
+        ErrorCode::InvalidLimit
+    );
+    assert_eq!(
+        code(r#"{"key":"k","limit":1,"window_ms":0}"#),
+        ErrorCode::InvalidWindow
+    );
+    assert_eq!(
+        code(r#"{"key":"k","limit":1,"window_ms":1,"cost":-1}"#),
+        ErrorCode::InvalidCost
+    );
+    assert_eq!(
+        code(r#"{"key":"k","limit":1,"window_ms":1,"algorithm":"x"}"#),
+        ErrorCode::UnknownAlgorithm
+    );
+    assert_eq!(
+        code(r#"{"key":"k","limit":1,"window_ms":1,"extra":1}"#),
+        ErrorCode::UnknownField
+    );
+    assert_eq!(
+        code(r#"{"key":"k","key":"j","limit":1,"window_ms":1}"#),
+        ErrorCode::DuplicateField
+    );
+    assert_eq!(
+        code(r#"{"key":"k","limit":1,"rules":[]}"#),
+        ErrorCode::ConflictingFields
+    );
+    assert_eq!(code(r#"{"key":"k","rules":[]}"#), ErrorCode::InvalidRules);
+    assert_eq!(code(r#"{"key":"k","rules":[1]}"#), ErrorCode::InvalidRules);
+    assert_eq!(
+        code(r#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":1,"window_ms":1}]}"#),
+        ErrorCode::InvalidRules
+    );
+    assert_eq!(
+        code(r#"{"key":"k","rules":[{"limit":1,"window_ms":1,"limit":2}]}"#),
+        ErrorCode::DuplicateField
+    );
+    assert_eq!(code("[1]"), ErrorCode::InvalidJson);
+    assert_eq!(code("{"), ErrorCode::InvalidJson);
+}
+
+#[test]
+fn messages_name_the_rule_at_fault() {
+    let error = parse_acquire(
+        br#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":0,"window_ms":1}]}"#,
+        &RequestBounds::default(),
+    )
+    .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidLimit);
+    assert!(
+        error.message().starts_with("rules[1]: "),
+        "{}",
+        error.message()
+    );
+}
+
+#[test]
+fn the_common_shape_is_read_as_the_full_parser_reads_it() {
+    let bounds = RequestBounds::default();
+    for body in [
+        r#"{"key":"login:1","limit":100,"window_ms":60000}"#,
+        r#"{"window_ms":1000,"cost":0,"key":"k","limit":5,"algorithm":"gcra"}"#,
+        r#" {"key":"a\u0062c","limit":1,"window_ms":1,"cost":3} "#,
+    ] {
+        let fast = fast::parse_acquire(body.as_bytes(), &bounds);
+        assert_eq!(
+            fast,
+            parse_acquire_tree(body.as_bytes(), &bounds).ok(),
+            "{body}"
+        );
+        assert!(fast.is_some(), "{body}");
+    }
+    for other in [
+        r#"{"key":"k","limit":1,"window_ms":1,"cost":null}"#,
+        r#"{"key":"k","limit":1,"window_ms":1,"key":"j"}"#,
+        r#"{"key":"k","limit":1.0,"window_ms":1}"#,
+        r#"{"key":"k","limit":0,"window_ms":1}"#,
+        r#"{"key":"k","limit":1,"window_ms":1,"algorithm":"x"}"#,
+        r#"{"key":"k","rules":[{"limit":1,"window_ms":1}]}"#,
+        r#"{"key":"k","limit":1,"window_ms":1} x"#,
+        r#"{"key":"k","limit":1}"#,
+        "[1]",
+    ] {
+        assert_eq!(
+            fast::parse_acquire(other.as_bytes(), &bounds),
+            None,
+            "{other}"
+        );
+    }
+}
+
+#[test]
+fn peek_reads_its_query() {
+    let query = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    let request = parse_peek(
+        "k".into(),
+        query(&[("limit", "5"), ("window_ms", "250"), ("algorithm", "gcra")]),
+        &RequestBounds::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        request.rule,
+        Rule::parse("5/250ms")
+            .unwrap()
+            .with_algorithm(Algorithm::Gcra)
+    );
+    let code = |pairs: &[(&str, &str)]| {
+        parse_peek("k".into(), query(pairs), &RequestBounds::default())
+            .unwrap_err()
+            .code()
+    };
+    assert_eq!(code(&[("limit", "5")]), ErrorCode::MissingField);
+    let locked = parse_peek(
+        "k".into(),
+        query(&[
+            ("limit", "5"),
+            ("window_ms", "900000"),
+            ("block_ms", "3600000"),
+        ]),
+        &RequestBounds::default(),
+    )
+    .unwrap();
+    assert_eq!(locked.rule.block(), Some(Duration::from_secs(3600)));
+    assert_eq!(
+        code(&[("limit", "5"), ("window_ms", "1"), ("block_ms", "soon")]),
+        ErrorCode::InvalidBlock
+    );
+    assert_eq!(
+        code(&[("limit", "+5"), ("window_ms", "1")]),
+        ErrorCode::InvalidLimit
+    );
+    assert_eq!(
+        code(&[("limit", "99999999999999999999"), ("window_ms", "1")]),
+        ErrorCode::InvalidLimit
+    );
+    assert_eq!(
+        code(&[("limit", "5"), ("window_ms", "")]),
+        ErrorCode::InvalidWindow
+    );
+    assert_eq!(
+        code(&[("limit", "5"), ("limit", "6"), ("window_ms", "1")]),
+        ErrorCode::DuplicateField
+    );
+    assert_eq!(
+        code(&[("limit", "5"), ("window_ms", "1"), ("cost", "1")]),
+        ErrorCode::UnknownField
+    );
+}
+
+#[test]
+fn adhoc_limits_and_windows_are_bounded_by_their_flags() {
+    let bounds = RequestBounds {
+        max_adhoc_limit: 100,
+        max_adhoc_window: Duration::from_secs(60),
+        ..RequestBounds::default()
+    };
+    let parse = |body: &str| parse_acquire(body.as_bytes(), &bounds);
+    assert!(parse(r#"{"key":"k","limit":100,"window_ms":60000}"#).is_ok());
+    let limit = parse(r#"{"key":"k","limit":101,"window_ms":1000}"#).unwrap_err();
+    assert_eq!(limit.code(), ErrorCode::InvalidLimit);
+    assert!(limit.message().contains("--max-adhoc-limit"), "{limit}");
+    let window = parse(r#"{"key":"k","limit":1,"window_ms":60001}"#).unwrap_err();
+    assert_eq!(window.code(), ErrorCode::InvalidWindow);
+    assert!(window.message().contains("--max-adhoc-window"), "{window}");
+    let in_rules =
+        parse(r#"{"key":"k","rules":[{"limit":1,"window_ms":1},{"limit":1000,"window_ms":1}]}"#)
+            .unwrap_err();
+    assert!(in_rules.message().starts_with("rules[1]: "), "{in_rules}");
+    let peek = parse_peek(
+        "k".into(),
+        vec![
+            ("limit".into(), "1".into()),
+            ("window_ms".into(), "86400000".into()),
+        ],
+        &bounds,
+    );
+    assert_eq!(peek.unwrap_err().code(), ErrorCode::InvalidWindow);
+}
+
+#[test]
+fn the_default_bounds_are_one_million_per_day() {
+    let parse = |body: &str| parse_acquire(body.as_bytes(), &RequestBounds::default());
+    assert!(parse(r#"{"key":"k","limit":1000000,"window_ms":86400000}"#).is_ok());
+    assert!(parse(r#"{"key":"k","limit":1000000000000,"window_ms":1000}"#).is_err());
+    assert!(parse(r#"{"key":"k","limit":1,"window_ms":315360000000}"#).is_err());
+}

@@ -1,0 +1,185 @@
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser};
+use slidegate::Algorithm;
+
+use super::*;
+use crate::bounds::RequestBounds;
+use crate::commands::serve::ServeOptions;
+
+#[test]
+fn the_command_line_definition_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn check_takes_several_rates() {
+    let cli = Cli::try_parse_from([
+        "slidegate",
+        "check",
+        "--key",
+        "k",
+        "--rate",
+        "10/s",
+        "--rate",
+        "1000/1h",
+    ]);
+    let Ok(Cli {
+        command: Command::Check(args),
+        ..
+    }) = cli
+    else {
+        panic!("check did not parse: {cli:?}");
+    };
+    assert_eq!(args.rates.len(), 2);
+    assert_eq!(args.cost, 1);
+    assert_eq!(args.algorithm, Algorithm::SlidingLog);
+}
+
+fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
+    let cli = Cli::try_parse_from(["slidegate", "serve"].iter().chain(args))?;
+    match cli.command {
+        Command::Serve(args) => Ok(args),
+        other => panic!("not serve: {other:?}"),
+    }
+}
+
+#[test]
+fn bounds_have_flags_and_defaults() {
+    let args = serve(&[]).unwrap();
+    assert_eq!(RequestBounds::from(&args.bounds), RequestBounds::default());
+    let args = serve(&[
+        "--max-descriptors",
+        "8",
+        "--max-descriptor-entries",
+        "4",
+        "--max-adhoc-limit",
+        "100",
+        "--max-adhoc-window",
+        "1h",
+    ])
+    .unwrap();
+    let bounds = RequestBounds::from(&args.bounds);
+    assert_eq!(
+        (bounds.max_descriptors, bounds.max_descriptor_entries),
+        (8, 4)
+    );
+    assert_eq!(bounds.max_adhoc_limit, 100);
+    assert_eq!(bounds.max_adhoc_window, Duration::from_secs(3600));
+    for bad in [
+        ["--max-descriptors", "0"],
+        ["--max-adhoc-limit", "0"],
+        ["--max-adhoc-window", "0ms"],
+        ["--max-adhoc-window", "11y"],
+    ] {
+        assert!(serve(&bad).is_err(), "{bad:?}");
+    }
+}
+
+#[test]
+fn a_bad_store_url_is_refused_without_its_password() {
+    let error = serve(&["--store", "redis:/user:hunter2@host"]).unwrap_err();
+    let text = error.to_string();
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("***@host"), "{text}");
+}
+
+#[test]
+fn the_admin_token_comes_from_a_file_without_its_newline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("token");
+    std::fs::write(&path, "s3cret\n").unwrap();
+    let args = serve(&["--admin-token-file", path.to_str().unwrap()]).unwrap();
+    let options = ServeOptions::from(args);
+    assert_eq!(options.admin_token().unwrap().as_deref(), Some("s3cret"));
+    std::fs::write(&path, "\n").unwrap();
+    assert!(options.admin_token().is_err(), "an empty file");
+    assert!(
+        serve(&[
+            "--admin-token",
+            "x",
+            "--admin-token-file",
+            path.to_str().unwrap()
+        ])
+        .is_err(),
+        "both"
+    );
+}
+
+#[test]
+fn memory_bounds_have_defaults_and_refuse_out_of_range_values() {
+    let Ok(Cli {
+        command: Command::Serve(args),
+        ..
+    }) = Cli::try_parse_from(["slidegate", "serve"])
+    else {
+        panic!("serve did not parse");
+    };
+    assert_eq!(args.store.max_memory_bytes, 1 << 30);
+    assert_eq!(args.store.max_rules_per_key, 16);
+    for bad in ["0", "257", "x"] {
+        let cli = Cli::try_parse_from(["slidegate", "serve", "--max-rules-per-key", bad]);
+        assert!(cli.is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn check_refuses_a_bad_rate() {
+    let cli = Cli::try_parse_from(["slidegate", "check", "--key", "k", "--rate", "0/s"]);
+    assert!(cli.is_err());
+}
+
+#[test]
+fn every_default_is_its_owners() {
+    use crate::api::envoy::headers::ResponseHeaders;
+    use crate::api::http::waiting::DEFAULT_MAX_WAITING;
+    use crate::commands::bench::{self, BenchOptions};
+    use crate::commands::serve::{DEFAULT_GRPC_ADDR, DEFAULT_HTTP_ADDR, ServeLimits};
+    use crate::store::StoreOptions;
+
+    let options = ServeOptions::from(serve(&[]).unwrap());
+    assert_eq!(options.store, StoreOptions::default());
+    assert_eq!(options.limits, ServeLimits::default());
+    assert_eq!(options.bounds, RequestBounds::default());
+    assert_eq!(options.response_headers, ResponseHeaders::default());
+    assert_eq!(options.max_waiting, DEFAULT_MAX_WAITING);
+    assert_eq!(
+        (options.http_addr.as_str(), options.grpc_addr.as_str()),
+        (DEFAULT_HTTP_ADDR, DEFAULT_GRPC_ADDR)
+    );
+    let Ok(Cli {
+        command: Command::Bench(args),
+        ..
+    }) = Cli::try_parse_from(["slidegate", "bench"])
+    else {
+        panic!("bench did not parse");
+    };
+    let options = BenchOptions::from(args);
+    assert_eq!(
+        (options.keys, options.concurrency, options.duration),
+        (
+            bench::DEFAULT_KEYS,
+            bench::DEFAULT_CONCURRENCY,
+            bench::DEFAULT_DURATION
+        )
+    );
+    assert_eq!(options.rate, bench::default_rate());
+    assert_eq!(options.algorithm, Algorithm::default());
+    assert_eq!(options.store, StoreOptions::default());
+}
+
+#[test]
+fn durations_are_read_by_one_parser() {
+    let args = serve(&["--idle-timeout", "90s", "--shutdown-grace", "0s"]).unwrap();
+    let limits = ServeOptions::from(args).limits;
+    assert_eq!(limits.http.idle_timeout, Some(Duration::from_secs(90)));
+    assert_eq!(limits.shutdown_grace, Duration::ZERO);
+    let error = serve(&["--header-timeout", "soon"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("'soon' is not a duration"), "{error}");
+    let error = Cli::try_parse_from(["slidegate", "bench", "--duration", "soon"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("'soon' is not a duration"), "{error}");
+}

@@ -1,0 +1,478 @@
+//! An accepted connection ([`Conn`]): its socket, its listener permit and
+//! its deadline, which follows the connection's phase
+//! ([`ConnectionClock`]; see [`listen`](super::listen) for the phases).
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
+use tokio::time::{Instant, Sleep};
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+use super::addresses::AddressSlot;
+use super::limits::{ConnectionLimits, Protocol};
+
+/// Where a connection stands, for its deadline.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for a request head (or a gRPC connection's first call).
+    Head { until: Instant },
+    /// Requests in flight.
+    Busy { requests: usize },
+    /// Answered everything; waiting for the next request.
+    Idle { until: Option<Instant> },
+}
+
+impl Phase {
+    fn name(self) -> &'static str {
+        match self {
+            Phase::Head { .. } => "header",
+            Phase::Busy { .. } => "busy",
+            Phase::Idle { .. } => "idle",
+        }
+    }
+}
+
+/// A connection's phase, once it was asked to go away the time by which
+/// it must have closed, and whether its socket is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct State {
+    phase: Phase,
+    close_by: Option<Instant>,
+    closed: bool,
+}
+
+/// Why a gRPC connection is asked to go away (HTTP/2 GOAWAY).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GoAway {
+    /// No call for the idle timeout.
+    Idle,
+    /// The connection reached its maximum age.
+    Age,
+}
+
+/// A connection's phase, shared by its socket and the requests it carries.
+#[derive(Debug)]
+pub struct ConnectionClock {
+    state: Mutex<State>,
+    /// Wakes [`ConnectionClock::closed`] when the socket goes.
+    closing: Notify,
+    limits: ConnectionLimits,
+    protocol: Protocol,
+}
+
+impl ConnectionClock {
+    fn new(limits: ConnectionLimits, protocol: Protocol) -> ConnectionClock {
+        ConnectionClock {
+            state: Mutex::new(State {
+                phase: Phase::Head {
+                    until: Instant::now() + limits.header_timeout,
+                },
+                close_by: None,
+                closed: false,
+            }),
+            closing: Notify::new(),
+            limits,
+            protocol,
+        }
+    }
+
+    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        // The state is a plain value: a panic elsewhere cannot leave it half-written.
+        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// A request was dispatched; the guard marks its answer.
+    pub fn request_started(self: &Arc<Self>) -> RequestGuard {
+        self.with_state(|state| {
+            state.phase = match state.phase {
+                Phase::Busy { requests } => Phase::Busy {
+                    requests: requests + 1,
+                },
+                Phase::Head { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1 },
+            };
+        });
+        RequestGuard {
+            clock: Arc::clone(self),
+        }
+    }
+
+    fn request_finished(&self) {
+        let idle_timeout = self.limits.idle_timeout;
+        self.with_state(|state| {
+            if let Phase::Busy { requests } = state.phase {
+                state.phase = if requests > 1 {
+                    Phase::Busy {
+                        requests: requests - 1,
+                    }
+                } else {
+                    Phase::Idle {
+                        until: idle_timeout.map(|t| Instant::now() + t),
+                    }
+                };
+            }
+        });
+    }
+
+    fn bytes_read(&self) {
+        if self.protocol != Protocol::Http1 {
+            return;
+        }
+        let header_timeout = self.limits.header_timeout;
+        self.with_state(|state| {
+            if let Phase::Idle { .. } = state.phase {
+                state.phase = Phase::Head {
+                    until: Instant::now() + header_timeout,
+                };
+            }
+        });
+    }
+
+    fn state(&self) -> State {
+        self.with_state(|state| *state)
+    }
+
+    /// The deadline the socket enforces (its next read or write past it
+    /// fails), and the name of the phase it ends: the phase's own, except
+    /// for an idle gRPC connection (sent GOAWAY instead, see
+    /// [`ConnectionClock::idle_expired`]), or the time to close once asked to go away
+    /// if that comes first.
+    fn io_deadline(&self) -> Option<(Instant, &'static str)> {
+        let state = self.state();
+        let phase = match state.phase {
+            Phase::Head { until } => Some(until),
+            Phase::Busy { .. } => None,
+            Phase::Idle { until } if self.protocol == Protocol::Http1 => until,
+            Phase::Idle { .. } => None,
+        }
+        .map(|at| (at, state.phase.name()));
+        let closing = state.close_by.map(|at| (at, "closing"));
+        match (phase, closing) {
+            (Some(phase), Some(closing)) => Some(if closing.0 < phase.0 { closing } else { phase }),
+            (one, other) => one.or(other),
+        }
+    }
+
+    /// Completes once the connection has been idle (no call in flight) for
+    /// the idle timeout; never without one. For a gRPC connection, whose
+    /// server then sends GOAWAY.
+    ///
+    /// It looks at the phase at most once per idle timeout while calls are
+    /// in flight, and is not woken by them: a call costs it nothing. A
+    /// connection that goes idle at `t` was last seen busy at or before
+    /// `t`, so the look after that one, at most an idle timeout later, finds
+    /// it idle until `t` plus the idle timeout, and waits for exactly that.
+    pub async fn idle_expired(&self) {
+        let Some(idle_timeout) = self.limits.idle_timeout else {
+            return std::future::pending().await;
+        };
+        loop {
+            let next_look = match self.state().phase {
+                Phase::Idle { until: Some(until) } if until <= Instant::now() => return,
+                Phase::Idle { until: Some(until) } => until,
+                _ => Instant::now() + idle_timeout,
+            };
+            tokio::time::sleep_until(next_look).await;
+        }
+    }
+
+    /// Completes once the connection's socket is gone (closed by either
+    /// side, or failed at a deadline).
+    pub async fn closed(&self) {
+        loop {
+            // Registered before the state is read: a close in between is not missed.
+            let closing = self.closing.notified();
+            let mut closing = std::pin::pin!(closing);
+            closing.as_mut().enable();
+            if self.state().closed {
+                return;
+            }
+            closing.await;
+        }
+    }
+
+    fn socket_closed(&self) {
+        self.with_state(|state| state.closed = true);
+        self.closing.notify_waiters();
+    }
+
+    /// The connection was asked to go away (HTTP/2 GOAWAY) for `why`: it
+    /// must close within `grace`, its calls in flight answered, or its
+    /// socket fails. Counted and logged.
+    pub fn going_away(&self, why: GoAway, grace: Duration) {
+        let close_by = Instant::now() + grace;
+        self.with_state(|state| {
+            state.close_by = Some(state.close_by.map_or(close_by, |at| at.min(close_by)));
+        });
+        let listener = self.protocol.name();
+        let why = match why {
+            GoAway::Idle => {
+                metrics::counter!(
+                    "slidegate_connection_timeouts_total",
+                    "listener" => listener,
+                    "phase" => "idle"
+                )
+                .increment(1);
+                "idle"
+            }
+            GoAway::Age => "age",
+        };
+        tracing::debug!(listener, why, "asking the connection to go away");
+    }
+}
+
+/// Marks a request answered when dropped (answered, failed or cancelled).
+#[derive(Debug)]
+pub struct RequestGuard {
+    clock: Arc<ConnectionClock>,
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.clock.request_finished();
+    }
+}
+
+/// An accepted connection: the socket, its listener permit and its deadline.
+#[derive(Debug)]
+pub struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    clock: Arc<ConnectionClock>,
+    timer: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+    _permit: OwnedSemaphorePermit,
+    _address: Option<AddressSlot>,
+}
+
+impl Conn {
+    pub(super) fn new(
+        stream: TcpStream,
+        peer: SocketAddr,
+        permit: OwnedSemaphorePermit,
+        address: Option<AddressSlot>,
+        limits: ConnectionLimits,
+        protocol: Protocol,
+    ) -> Conn {
+        let clock = Arc::new(ConnectionClock::new(limits, protocol));
+        let armed = clock.io_deadline().map(|(at, _)| at);
+        let timer = Box::pin(tokio::time::sleep_until(armed.unwrap_or_else(Instant::now)));
+        Conn {
+            stream,
+            peer,
+            clock,
+            timer,
+            armed,
+            _permit: permit,
+            _address: address,
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The connection's phase, for the requests it carries.
+    pub fn clock(&self) -> Arc<ConnectionClock> {
+        Arc::clone(&self.clock)
+    }
+
+    /// Fails once the current phase's deadline has passed. Phases move in
+    /// other places (a request dispatched or answered), so the timer is
+    /// set again here, on the connection's next read or write: every
+    /// change of phase is followed by one.
+    fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let deadline = self.clock.io_deadline();
+        let at = deadline.map(|(at, _)| at);
+        if at != self.armed {
+            if let Some(at) = at {
+                self.timer.as_mut().reset(at);
+            }
+            self.armed = at;
+        }
+        if let Some((_, phase)) = deadline
+            && self.timer.as_mut().poll(cx).is_ready()
+        {
+            let listener = self.clock.protocol.name();
+            metrics::counter!(
+                "slidegate_connection_timeouts_total",
+                "listener" => listener,
+                "phase" => phase
+            )
+            .increment(1);
+            tracing::debug!(listener, peer = %self.peer, phase, "connection timed out");
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the connection's {phase} timeout passed"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.clock.socket_closed();
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.check_deadline(cx)?;
+        let before = buf.filled().len();
+        ready!(Pin::new(&mut self.stream).poll_read(cx, buf))?;
+        if buf.filled().len() > before {
+            self.clock.bytes_read();
+            // A new head may have started: arm its deadline now.
+            self.check_deadline(cx)?;
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.check_deadline(cx)?;
+        Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.check_deadline(cx)?;
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// What tonic attaches to each gRPC request of a [`Conn`]: the usual
+/// [`TcpConnectInfo`] and the connection's [`ConnectionClock`].
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    /// The addresses, as tonic reports them for a plain TCP stream.
+    pub tcp: TcpConnectInfo,
+    /// The connection's phase.
+    pub clock: Arc<ConnectionClock>,
+}
+
+impl Connected for Conn {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo {
+            tcp: self.stream.connect_info(),
+            clock: self.clock(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: 1,
+            max_connections_per_ip: 1,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Some(Duration::from_secs(60)),
+        }
+    }
+
+    fn deadline(clock: &ConnectionClock) -> Option<Instant> {
+        clock.io_deadline().map(|(at, _)| at)
+    }
+
+    fn phase(clock: &ConnectionClock) -> Phase {
+        clock.state().phase
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http_connection_moves_from_head_to_busy_to_idle_and_back() {
+        let start = Instant::now();
+        let clock = Arc::new(ConnectionClock::new(limits(), Protocol::Http1));
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(10)));
+        let guard = clock.request_started();
+        assert_eq!(deadline(&clock), None);
+        tokio::time::advance(Duration::from_secs(1)).await;
+        drop(guard);
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(61)));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        clock.bytes_read();
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(41)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_while_busy_leave_the_request_alone() {
+        let clock = Arc::new(ConnectionClock::new(limits(), Protocol::Http1));
+        let first = clock.request_started();
+        let second = clock.request_started();
+        clock.bytes_read();
+        drop(first);
+        assert_eq!(phase(&clock), Phase::Busy { requests: 1 });
+        drop(second);
+        assert!(matches!(phase(&clock), Phase::Idle { until: Some(_) }));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_grpc_connection_is_sent_away_not_cut() {
+        let start = Instant::now();
+        let clock = Arc::new(ConnectionClock::new(limits(), Protocol::Grpc));
+        assert_eq!(deadline(&clock), Some(start + Duration::from_secs(10)));
+        drop(clock.request_started());
+        // Reads while idle (pings) start no head; the socket has no
+        // deadline: the server sends GOAWAY when `idle_expired` completes.
+        clock.bytes_read();
+        assert_eq!(deadline(&clock), None);
+        let expired = tokio::spawn({
+            let clock = Arc::clone(&clock);
+            async move { clock.idle_expired().await }
+        });
+        tokio::time::advance(Duration::from_secs(59)).await;
+        // A call at 59 s starts the idle time again once it ends.
+        let call = clock.request_started();
+        tokio::time::advance(Duration::from_secs(30)).await;
+        drop(call);
+        tokio::time::advance(Duration::from_secs(59)).await;
+        tokio::task::yield_now().await;
+        assert!(!expired.is_finished(), "idle 59 s after its last call");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        tokio::time::timeout(Duration::from_millis(1), expired)
+            .await
+            .expect("idle 60 s after its last call")
+            .unwrap();
+        clock.going_away(GoAway::Idle, Duration::from_secs(10));
+        assert_eq!(
+            clock.io_deadline(),
+            Some((Instant::now() + Duration::from_secs(10), "closing"))
+        );
+    }
+}
