@@ -10,10 +10,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use slidegate::MemoryStore;
-use slidegate_server::bounds::RequestBounds;
-use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 use slidegate_server::api::envoy::proto as grpc;
+use slidegate_server::bounds::RequestBounds;
 use slidegate_server::limiter::check as service;
+use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 
 /// Every kind of limit: per value, wildcard, shared, nested, replaced,
 /// shadow, quota, detailed, unlimited, blocked.

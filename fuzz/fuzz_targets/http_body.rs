@@ -3,9 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use slidegate_server::bounds::RequestBounds;
 use slidegate_server::api::envoy::json::RateLimitRequestJson;
 use slidegate_server::api::http::request::parse_acquire;
+use slidegate_server::bounds::RequestBounds;
 
 fuzz_target!(|data: &[u8]| {
     let _ = parse_acquire(data, &RequestBounds::default());
