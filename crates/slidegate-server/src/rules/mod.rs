@@ -19,6 +19,7 @@ mod matcher;
 mod reload;
 mod set;
 mod yaml;
+mod yaml_tree;
 
 pub use current::{CurrentConfig, RefusedReload};
 pub use error::ConfigError;

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use slidegate::{Rate, Rule};
 
-use super::error::ConfigError;
+use super::error::{ConfigError, PATH_CHARS, WORD_CHARS, quoted};
 use super::files::read_sources;
 use super::limit::{Enforcement, Limit, LimitId, Unit};
 use super::matcher::{self, DescriptorNode, Level, Matched};
@@ -83,7 +83,7 @@ impl RateLimitConfig {
         if self.domains.contains_key(&file.domain) && !options.merge_domains {
             return Err(error(format!(
                 "duplicate domain {} in config file",
-                yaml::quoted(&file.domain, yaml::PATH_CHARS)
+                quoted(&file.domain, PATH_CHARS)
             )));
         }
         self.files
@@ -221,7 +221,7 @@ fn add_descriptors(
         if level.contains(&spec.key, spec.value.as_deref()) {
             return Err(error(format!(
                 "duplicate descriptor composite key {}",
-                yaml::quoted(&full_key, yaml::PATH_CHARS)
+                quoted(&full_key, PATH_CHARS)
             )));
         }
         let limit = spec
@@ -266,7 +266,7 @@ fn limit_of(
     } else if rl.window.is_none() && parsed_unit.is_none() {
         return Err(format!(
             "invalid rate limit unit {}",
-            yaml::quoted(unit.unwrap_or_default(), yaml::WORD_CHARS)
+            quoted(unit.unwrap_or_default(), WORD_CHARS)
         ));
     }
     for replaced in &rl.replaces {

@@ -1,15 +1,15 @@
 //! Reading one config file: YAML into a generic tree that keeps every
-//! node's line and column, checked key by key as envoyproxy/ratelimit
-//! checks it, then turned into typed descriptors.
+//! node's line and column ([`yaml_tree`](super::yaml_tree)), checked key
+//! by key as envoyproxy/ratelimit checks it, then turned into typed
+//! descriptors.
 
-use std::fmt;
 use std::time::Duration;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::{Location, Spanned};
 use slidegate::{Algorithm, Rate};
 
-use super::error::ConfigError;
+use super::error::{ConfigError, NAME_CHARS, PATH_CHARS, WORD_CHARS, quoted};
+use super::yaml_tree::{SpannedYaml, Yaml};
 
 /// Every key a config file may use. `metadata` holds free-form data that
 /// is not checked.
@@ -36,157 +36,6 @@ const VALID_KEYS: &[&str] = &[
     "report",
     "block_for",
 ];
-
-/// A YAML node, as written.
-#[derive(Debug, Clone)]
-enum Yaml {
-    Null,
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Str(String),
-    Seq(Vec<SpannedYaml>),
-    Map(Vec<(SpannedYaml, SpannedYaml)>),
-}
-
-type SpannedYaml = Spanned<Yaml>;
-
-impl<'de> Deserialize<'de> for Yaml {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(YamlVisitor)
-    }
-}
-
-struct YamlVisitor;
-
-impl<'de> Visitor<'de> for YamlVisitor {
-    type Value = Yaml;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any YAML value")
-    }
-    fn visit_unit<E: de::Error>(self) -> Result<Yaml, E> {
-        Ok(Yaml::Null)
-    }
-    fn visit_none<E: de::Error>(self) -> Result<Yaml, E> {
-        Ok(Yaml::Null)
-    }
-    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Yaml, D::Error> {
-        Yaml::deserialize(d)
-    }
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Yaml, E> {
-        Ok(Yaml::Bool(v))
-    }
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Yaml, E> {
-        Ok(Yaml::Int(v.into()))
-    }
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Yaml, E> {
-        Ok(Yaml::Int(v.into()))
-    }
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Yaml, E> {
-        Ok(Yaml::Int(v))
-    }
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Yaml, E> {
-        Ok(i128::try_from(v).map_or(Yaml::Float(v as f64), Yaml::Int))
-    }
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Yaml, E> {
-        Ok(Yaml::Float(v))
-    }
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Yaml, E> {
-        Ok(Yaml::Str(v.to_owned()))
-    }
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Yaml, E> {
-        Ok(Yaml::Str(v))
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Yaml, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element::<SpannedYaml>()? {
-            items.push(item);
-        }
-        Ok(Yaml::Seq(items))
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Yaml, A::Error> {
-        let mut entries = Vec::new();
-        while let Some(key) = map.next_key::<SpannedYaml>()? {
-            let value = map.next_value::<SpannedYaml>()?;
-            entries.push((key, value));
-        }
-        Ok(Yaml::Map(entries))
-    }
-}
-
-/// The longest key or list item an error message quotes.
-pub(crate) const NAME_CHARS: usize = 32;
-
-/// The longest value of a field with a few known values (a unit, a window,
-/// an algorithm) an error message quotes.
-pub(crate) const WORD_CHARS: usize = 16;
-
-/// The longest domain or descriptor key an error message quotes.
-pub(crate) const PATH_CHARS: usize = 64;
-
-impl Yaml {
-    /// What an error message says about a value: numbers and booleans as
-    /// written, a string as [`shown`] shows it, a list or a map by kind.
-    fn described(&self) -> String {
-        match self {
-            Yaml::Null => "null".into(),
-            Yaml::Bool(b) => b.to_string(),
-            Yaml::Int(i) => i.to_string(),
-            Yaml::Float(x) => x.to_string(),
-            Yaml::Str(s) => shown(s, NAME_CHARS),
-            Yaml::Seq(_) => "a list".into(),
-            Yaml::Map(_) => "a map".into(),
-        }
-    }
-
-    /// What an error message says about a value where a number or a
-    /// boolean was expected: the value when it is one, else its kind.
-    fn described_scalar(&self) -> String {
-        match self {
-            Yaml::Bool(_) | Yaml::Int(_) | Yaml::Float(_) | Yaml::Null => self.described(),
-            other => other.kind().into(),
-        }
-    }
-
-    /// The value's kind alone.
-    fn kind(&self) -> &'static str {
-        match self {
-            Yaml::Null => "null",
-            Yaml::Bool(_) => "a boolean",
-            Yaml::Int(_) | Yaml::Float(_) => "a number",
-            Yaml::Str(_) => "a string",
-            Yaml::Seq(_) => "a list",
-            Yaml::Map(_) => "a map",
-        }
-    }
-}
-
-/// A string from a config file, as error messages show it: as written when
-/// it has at most `max_chars` name characters (a unit, a key, a domain),
-/// otherwise only by its length. A file that is not a rule file (a key
-/// file behind a symlink, say) must not be echoed into the logs.
-pub(crate) fn shown(text: &str, max_chars: usize) -> String {
-    let chars = text.chars().count();
-    let name_like = text
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "_-./*".contains(c));
-    if chars <= max_chars && name_like && !text.is_empty() {
-        text.to_owned()
-    } else {
-        format!("a string of {chars} characters")
-    }
-}
-
-/// [`shown`], quoted when it is the text itself.
-pub(crate) fn quoted(text: &str, max_chars: usize) -> String {
-    let shown = shown(text, max_chars);
-    if shown == text {
-        format!("'{text}'")
-    } else {
-        shown
-    }
-}
 
 /// One file's content, typed.
 #[derive(Debug, Clone)]
