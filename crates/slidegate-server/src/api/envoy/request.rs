@@ -94,3 +94,76 @@ fn descriptor(index: usize, parts: DescriptorParts) -> Result<DescriptorRequest,
         limit_override,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+
+    use super::*;
+    use crate::api::envoy::json::RateLimitRequestJson;
+    use crate::api::envoy::proto::from_proto;
+
+    fn over_grpc(
+        limit: Option<(u32, i32)>,
+        is_negative_hits: bool,
+    ) -> Result<CheckRequest, InvalidCheck> {
+        let descriptor = RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "k".into(),
+                value: "v".into(),
+            }],
+            limit: limit.map(|(requests_per_unit, unit)| RateLimitOverride {
+                requests_per_unit,
+                unit,
+            }),
+            is_negative_hits,
+            ..RateLimitDescriptor::default()
+        };
+        let request = RateLimitRequest {
+            domain: "d".into(),
+            descriptors: vec![descriptor],
+            hits_addend: 0,
+        };
+        from_proto(request, &RequestBounds::default())
+    }
+
+    fn over_json(descriptor: &str) -> Result<CheckRequest, InvalidCheck> {
+        let body = format!(r#"{{"domain":"d","descriptors":[{descriptor}]}}"#);
+        RateLimitRequestJson::from_slice(body.as_bytes())
+            .expect("a RateLimitRequest")
+            .into_request(&RequestBounds::default())
+    }
+
+    #[test]
+    fn both_wires_are_read_into_the_same_check_and_refused_alike() {
+        let entry = r#""entries":[{"key":"k","value":"v"}]"#;
+        assert_eq!(
+            over_grpc(Some((5, 2)), false),
+            over_json(&format!(
+                r#"{{{entry},"limit":{{"requestsPerUnit":5,"unit":"MINUTE"}}}}"#
+            ))
+        );
+        let unknown_unit = over_grpc(Some((5, 0)), false).unwrap_err();
+        assert_eq!(
+            unknown_unit,
+            over_json(&format!(
+                r#"{{{entry},"limit":{{"requestsPerUnit":5,"unit":0}}}}"#
+            ))
+            .unwrap_err()
+        );
+        assert!(
+            unknown_unit.0.contains("unknown limit override unit 0"),
+            "{unknown_unit}"
+        );
+        let negative = over_grpc(None, true).unwrap_err();
+        assert_eq!(
+            negative,
+            over_json(&format!(r#"{{{entry},"isNegativeHits":true}}"#)).unwrap_err()
+        );
+        assert!(negative.0.contains("negative hits"), "{negative}");
+    }
+}
