@@ -277,7 +277,8 @@ async fn a_refused_reload_is_shown_in_stats_with_its_error() {
 
 #[tokio::test]
 async fn stats_count_check_decisions_per_configured_limit_each_second() {
-    // A domain of its own: the statistics are per process.
+    // A domain of its own: the statistics are per server, the metrics
+    // per process.
     let rules = "domain: counted\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
     let (_dir, file) = temp_rules("counted.yaml", rules);
     let live = LiveConfig::load(vec![file], LoadOptions::default()).unwrap();
