@@ -27,7 +27,7 @@
 
 use std::collections::VecDeque;
 
-use super::{Meter, until};
+use super::meter::{Meter, until};
 use crate::decision::Decision;
 use crate::rate::Rate;
 

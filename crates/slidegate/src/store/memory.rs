@@ -46,7 +46,7 @@ use self::rules::{MAX_RULES, RuleTable};
 use self::slot::{Slot, key_bytes};
 use super::reserve::{BatchReservation, Reservation, wait_micros};
 use super::{Hit, Store, check_cost, check_waits, validate_key};
-use crate::algorithm::blocked;
+use crate::algorithm::options::blocked;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};

@@ -18,7 +18,7 @@
 //! A log that no longer fits goes from the slot to a ring; a ring left
 //! with few entries comes back into the slot.
 
-use crate::Algorithm;
+use crate::rate::Algorithm;
 use crate::algorithm::sliding_log::{LogEntries, expired};
 use crate::rate::{Rate, Rule};
 
@@ -587,7 +587,8 @@ impl LogEntries for Spilled<'_> {
 mod tests {
     use super::*;
     use crate::algorithm::sliding_log::{check, record};
-    use crate::algorithm::{Meter, SlidingLog};
+    use crate::algorithm::meter::Meter;
+    use crate::algorithm::sliding_log::SlidingLog;
     use std::time::Duration;
 
     fn rate(limit: u64, window_us: u64) -> Rate {

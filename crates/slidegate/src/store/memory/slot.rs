@@ -24,12 +24,17 @@ use super::log::{
 };
 use super::rules::{RuleId, RuleTable};
 use super::states::{KeyStates, check_held, make_room_in};
-use crate::Algorithm;
+use crate::rate::Algorithm;
 
 #[cfg(test)]
 mod tests;
 use crate::algorithm::sliding_log::{self, LogEntries, effective_now};
-use crate::algorithm::{FixedWindow, Gcra, Meter, SlidingCounter, SlidingLog, State};
+use crate::algorithm::fixed_window::FixedWindow;
+use crate::algorithm::gcra::Gcra;
+use crate::algorithm::meter::Meter;
+use crate::algorithm::sliding_counter::SlidingCounter;
+use crate::algorithm::sliding_log::SlidingLog;
+use crate::algorithm::state::State;
 use crate::decision::Decision;
 use crate::error::Result;
 use crate::rate::{Rate, Rule};

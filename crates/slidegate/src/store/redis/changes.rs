@@ -38,7 +38,7 @@ use super::keys::FORMAT;
 use super::sentinel::Sentinel;
 use super::topology::{Topology, slot_of};
 use super::{Inner, describe};
-use crate::algorithm::Algorithm;
+use crate::rate::Algorithm;
 use crate::error::{Error, Result};
 use crate::rate::{Rate, Rule};
 use crate::store::changes::{Change, ChangeListener};

@@ -9,7 +9,7 @@
 //! counters start fresh once when the version changes; the old keys
 //! expire on their own.
 
-use crate::algorithm::Algorithm;
+use crate::rate::Algorithm;
 use crate::rate::{Rate, Rule};
 use crate::store::{hash_tag, slot_key};
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 use redis::RedisWrite as _;
 use smallvec::SmallVec;
 
-use crate::algorithm::Algorithm;
+use crate::rate::Algorithm;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
