@@ -16,6 +16,7 @@
 
 pub mod fixed_window;
 pub mod gcra;
+pub(crate) mod log_algorithm;
 pub(crate) mod meter;
 pub(crate) mod options;
 pub mod sliding_counter;

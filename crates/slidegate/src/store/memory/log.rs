@@ -19,7 +19,7 @@
 //! with few entries comes back into the slot.
 
 use crate::rate::Algorithm;
-use crate::algorithm::sliding_log::{LogEntries, expired};
+use crate::algorithm::log_algorithm::{LogEntries, expired};
 use crate::rate::{Rate, Rule};
 
 /// Entries an [`InlineLog`] holds.
@@ -586,7 +586,7 @@ impl LogEntries for Spilled<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::sliding_log::{check, record};
+    use crate::algorithm::log_algorithm::{check, record};
     use crate::algorithm::meter::Meter;
     use crate::algorithm::sliding_log::SlidingLog;
     use std::time::Duration;

@@ -28,7 +28,7 @@ use crate::rate::Algorithm;
 
 #[cfg(test)]
 mod tests;
-use crate::algorithm::sliding_log::{self, LogEntries, effective_now};
+use crate::algorithm::log_algorithm::{self, LogEntries, effective_now};
 use crate::algorithm::fixed_window::FixedWindow;
 use crate::algorithm::gcra::Gcra;
 use crate::algorithm::meter::Meter;
@@ -107,11 +107,11 @@ impl StateMut<'_> {
     pub(crate) fn check(&mut self, rule: Rule, now: u64, cost: u64, bounds: &Bounds) -> Decision {
         let rate = rule.rate();
         match self {
-            StateMut::Inline(log) => sliding_log::check(log, rate, now, cost),
+            StateMut::Inline(log) => log_algorithm::check(log, rate, now, cost),
             StateMut::Spilled(log) => {
                 // A check may shrink a ring whose entries expired.
                 let before = log.heap_bytes();
-                let decision = sliding_log::check(log, rate, now, cost);
+                let decision = log_algorithm::check(log, rate, now, cost);
                 bounds.settle(before, 0, log.heap_bytes());
                 decision
             }
@@ -234,7 +234,7 @@ impl Slot {
                 rule: id, len, log, ..
             } if rules.is(*id, rule) => {
                 let mut log = Inline::new(len, log, cost_bits(rate));
-                let decision = sliding_log::check(&mut log, rate, now, cost);
+                let decision = log_algorithm::check(&mut log, rate, now, cost);
                 if decision.allowed() && cost > 0 {
                     let t = effective_now(&log, now);
                     if !log.fits(t, cost) {
@@ -709,7 +709,7 @@ impl Slot {
             Slot::Empty { .. } => true,
             Slot::Inline { rule, len, log, .. } => {
                 *len == 0
-                    || sliding_log::expired(
+                    || log_algorithm::expired(
                         log.newest_at(*len, cost_bits(rate(rule))),
                         rate(rule).window_micros(),
                         now,
@@ -717,7 +717,7 @@ impl Slot {
             }
             Slot::Spilled { rule, usage, log } => {
                 *usage == 0
-                    || sliding_log::expired(log.newest_at(), rate(rule).window_micros(), now)
+                    || log_algorithm::expired(log.newest_at(), rate(rule).window_micros(), now)
             }
             Slot::Gcra { rule, state, .. } => state.is_idle(rate(rule), now),
             Slot::Fixed { rule, state, .. } => state.is_idle(rate(rule), now),
@@ -809,7 +809,7 @@ fn decide_in_ring(
 ) -> Result<Decision> {
     let before = log.heap_bytes();
     let mut ring = Spilled::new(usage, log);
-    let decision = sliding_log::check(&mut ring, rate, now, cost);
+    let decision = log_algorithm::check(&mut ring, rate, now, cost);
     let mut charged = 0;
     if decision.allowed() && cost > 0 {
         let t = effective_now(&ring, now);
