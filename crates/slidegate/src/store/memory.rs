@@ -44,8 +44,11 @@ use self::map::{Entry, Map, Shard};
 use self::reserve::{Reserved, reserve_all};
 use self::rules::{MAX_RULES, RuleTable};
 use self::slot::{Slot, key_bytes};
+use super::checks::{check_batch, check_cost, check_waits, validate_keys};
+use super::contract::Store;
+use super::hit::Hit;
+use super::key::validate_key;
 use super::reserve::{BatchReservation, Reservation, wait_micros};
-use super::{Hit, Store, check_cost, check_waits, validate_key};
 use crate::algorithm::options::blocked;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
@@ -638,12 +641,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if hits.is_empty() {
-            return Err(Error::NoRules);
-        }
-        for hit in hits {
-            check_cost(&[hit.rule], hit.cost)?;
-        }
+        check_batch(hits)?;
         let inner = &*self.inner;
         let index = BatchKeys::new(hits);
         match inner.acquire_batch(hits, &index, decide_all) {
@@ -711,12 +709,7 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        if hits.is_empty() {
-            return Err(Error::NoRules);
-        }
-        for hit in hits {
-            check_cost(&[hit.rule], hit.cost)?;
-        }
+        check_batch(hits)?;
         check_waits(hits.iter().map(|hit| hit.rule))?;
         let reserved = self.reserve_hits(hits, max_wait)?;
         Ok(BatchReservation::new(reserved.decisions, reserved.wait))
@@ -756,11 +749,10 @@ where
         K: Borrow<Q>,
         Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
     {
-        let reservation = self.reserve(key, rules, cost, max_wait)?;
-        if !reservation.wait().is_zero() {
-            tokio::time::sleep(reservation.wait()).await;
-        }
-        Ok(reservation.decision())
+        Ok(self
+            .reserve(key, rules, cost, max_wait)?
+            .wait_for_turn()
+            .await)
     }
 
     /// Drops every idle key now; returns how many were dropped. The
@@ -857,9 +849,7 @@ impl<C: Clock> Store for MemoryStore<String, C> {
     }
 
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
-        for hit in hits {
-            validate_key(hit.key)?;
-        }
+        validate_keys(hits)?;
         MemoryStore::acquire_batch(self, hits)
     }
 
@@ -877,36 +867,12 @@ impl<C: Clock> Store for MemoryStore<String, C> {
         Some(validate_key(key).and_then(|()| MemoryStore::acquire(self, key, rules, cost)))
     }
 
-    async fn reserve(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<Reservation> {
-        validate_key(key)?;
-        MemoryStore::reserve(self, key, rules, cost, max_wait)
-    }
-
     async fn reserve_batch(
         &self,
         hits: &[Hit<'_>],
         max_wait: Duration,
     ) -> Result<BatchReservation> {
-        for hit in hits {
-            validate_key(hit.key)?;
-        }
+        validate_keys(hits)?;
         MemoryStore::reserve_batch(self, hits, max_wait)
-    }
-
-    async fn acquire_wait(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<Decision> {
-        validate_key(key)?;
-        MemoryStore::acquire_wait(self, key, rules, cost, max_wait).await
     }
 }

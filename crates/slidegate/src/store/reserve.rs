@@ -4,7 +4,7 @@
 //! which a request fits every rule, and records it at that time. The
 //! caller sleeps until then and proceeds without asking the store again,
 //! so waiters are served in the order they reserved and never admitted
-//! beyond the limit. See [`Store::reserve`](super::Store::reserve).
+//! beyond the limit. See `Store::reserve`.
 
 use std::time::Duration;
 
@@ -56,6 +56,15 @@ impl Reservation {
     pub fn granted(&self) -> bool {
         self.decision.allowed()
     }
+
+    /// Sleeps until the reserved time, then the decision: what a caller
+    /// that waits for its turn proceeds with.
+    pub(crate) async fn wait_for_turn(self) -> Decision {
+        if !self.wait.is_zero() {
+            tokio::time::sleep(self.wait).await;
+        }
+        self.decision
+    }
 }
 
 /// What a reservation of several hits got: one decision per hit, and one
@@ -96,40 +105,4 @@ impl BatchReservation {
     pub fn granted(&self) -> bool {
         self.decisions.iter().all(Decision::allowed)
     }
-}
-
-/// [`Store::reserve`](super::Store::reserve) of one key under `rules`,
-/// through the store's own `reserve_batch`.
-pub(crate) async fn reserve_by_batch<S: super::Store + ?Sized>(
-    store: &S,
-    key: &str,
-    rules: &[crate::rate::Rule],
-    cost: u64,
-    max_wait: Duration,
-) -> crate::error::Result<Reservation> {
-    super::check_cost(rules, cost)?;
-    let hits: Vec<super::Hit<'_>> = rules
-        .iter()
-        .map(|&rule| super::Hit::new(key, rule, cost))
-        .collect();
-    let reserved = store.reserve_batch(&hits, max_wait).await?;
-    let wait = reserved.granted().then(|| micros(reserved.wait()));
-    let decision = Decision::combine(reserved.decisions()).ok_or(crate::error::Error::NoRules)?;
-    Ok(Reservation::new(decision, wait))
-}
-
-/// [`Store::acquire_wait`](super::Store::acquire_wait) of a store that
-/// reserves: one reservation, then a sleep until its time.
-pub(crate) async fn wait_for_turn<S: super::Store + ?Sized>(
-    store: &S,
-    key: &str,
-    rules: &[crate::rate::Rule],
-    cost: u64,
-    max_wait: Duration,
-) -> crate::error::Result<Decision> {
-    let reservation = store.reserve(key, rules, cost, max_wait).await?;
-    if !reservation.wait().is_zero() {
-        tokio::time::sleep(reservation.wait()).await;
-    }
-    Ok(reservation.decision())
 }

@@ -70,9 +70,13 @@ use tokio::sync::Semaphore;
 use self::breaker::{Breaker, Settings};
 use self::deny_cache::{Asked, DenyCache};
 use self::gate::{Gate, Nodes};
+use super::changes::{Change, ChangeListener};
+use super::checks::{check_batch, check_cost, validate_keys};
+use super::contract::Store;
+use super::hit::Hit;
+use super::key::validate_key;
 use super::memory::MemoryStore;
-use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn};
-use super::{ChangeListener, Hit, Store, check_cost, validate_key};
+use super::reserve::BatchReservation;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
@@ -585,13 +589,8 @@ impl<S: Store> Store for ResilientStore<S> {
     }
 
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
-        if hits.is_empty() {
-            return Err(Error::NoRules);
-        }
-        for hit in hits {
-            validate_key(hit.key)?;
-            check_cost(&[hit.rule], hit.cost)?;
-        }
+        validate_keys(hits)?;
+        check_batch(hits)?;
         let shared = &*self.shared;
         let sent = shared.clock.now_micros();
         let asked = match &shared.deny_cache {
@@ -637,13 +636,8 @@ impl<S: Store> Store for ResilientStore<S> {
         hits: &[Hit<'_>],
         max_wait: std::time::Duration,
     ) -> Result<BatchReservation> {
-        if hits.is_empty() {
-            return Err(Error::NoRules);
-        }
-        for hit in hits {
-            validate_key(hit.key)?;
-            check_cost(&[hit.rule], hit.cost)?;
-        }
+        validate_keys(hits)?;
+        check_batch(hits)?;
         let shared = &*self.shared;
         match shared
             .call(shared.store.reserve_batch(hits, max_wait))
@@ -657,33 +651,13 @@ impl<S: Store> Store for ResilientStore<S> {
         }
     }
 
-    async fn reserve(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        cost: u64,
-        max_wait: std::time::Duration,
-    ) -> Result<Reservation> {
-        reserve_by_batch(self, key, rules, cost, max_wait).await
-    }
-
-    async fn acquire_wait(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        cost: u64,
-        max_wait: std::time::Duration,
-    ) -> Result<Decision> {
-        wait_for_turn(self, key, rules, cost, max_wait).await
-    }
-
     async fn reset(&self, key: &str) -> Result<()> {
         validate_key(key)?;
         let shared = &*self.shared;
         let forget = || {
             if let Some(cache) = &shared.deny_cache {
                 // Also refuses the denials of calls already out.
-                cache.changed(&super::Change::Key(key.to_owned()));
+                cache.changed(&Change::Key(key.to_owned()));
             }
         };
         forget();

@@ -18,9 +18,8 @@
 //! A log that no longer fits goes from the slot to a ring; a ring left
 //! with few entries comes back into the slot.
 
-use crate::rate::Algorithm;
 use crate::algorithm::log_algorithm::{LogEntries, expired};
-use crate::rate::{Rate, Rule};
+use crate::rate::{Algorithm, Rate, Rule};
 
 /// Entries an [`InlineLog`] holds.
 pub(crate) const INLINE: usize = 6;

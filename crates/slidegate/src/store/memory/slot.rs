@@ -24,20 +24,16 @@ use super::log::{
 };
 use super::rules::{RuleId, RuleTable};
 use super::states::{KeyStates, check_held, make_room_in};
-use crate::rate::Algorithm;
-
-#[cfg(test)]
-mod tests;
-use crate::algorithm::log_algorithm::{self, LogEntries, effective_now};
 use crate::algorithm::fixed_window::FixedWindow;
 use crate::algorithm::gcra::Gcra;
+use crate::algorithm::log_algorithm::{self, LogEntries, effective_now};
 use crate::algorithm::meter::Meter;
 use crate::algorithm::sliding_counter::SlidingCounter;
 use crate::algorithm::sliding_log::SlidingLog;
 use crate::algorithm::state::State;
 use crate::decision::Decision;
 use crate::error::Result;
-use crate::rate::{Rate, Rule};
+use crate::rate::{Algorithm, Rate, Rule};
 
 /// The state of one key. 40 bytes: with a key of up to 24 bytes (a
 /// `String`, a `u64`), one 64-byte cache line per key.
@@ -831,3 +827,6 @@ fn decide_in_ring(
     }
     Ok(decision)
 }
+
+#[cfg(test)]
+mod tests;

@@ -38,8 +38,8 @@ use super::keys::FORMAT;
 use super::sentinel::Sentinel;
 use super::topology::{Topology, slot_of};
 use super::{Inner, describe};
-use crate::rate::Algorithm;
 use crate::error::{Error, Result};
+use crate::rate::Algorithm;
 use crate::rate::{Rate, Rule};
 use crate::store::changes::{Change, ChangeListener};
 

@@ -76,9 +76,13 @@ use self::keys::{is_state_of, scan_pattern};
 use self::script::{Plan, Step, load_command, plain_call};
 use self::sentinel::{Master, Sentinel};
 use self::topology::{Topology, slot_of};
-use super::reserve::{BatchReservation, Reservation, reserve_by_batch, wait_for_turn, wait_micros};
+use super::changes::{Change, ChangeListener};
+use super::checks::{check_batch, check_cost, check_waits, validate_keys};
+use super::contract::Store;
+use super::hit::Hit;
+use super::key::validate_key;
+use super::reserve::{BatchReservation, wait_micros};
 use super::resilient::gate;
-use super::{Change, ChangeListener, Hit, Store, check_cost, check_waits, validate_key};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
@@ -576,15 +580,8 @@ impl Store for RedisStore {
     /// several slots are decided slot by slot, and undone where recorded
     /// when another slot denies or fails (see the module documentation).
     async fn acquire_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
-        if hits.is_empty() {
-            return Err(Error::NoRules);
-        }
-        for hit in hits {
-            validate_key(hit.key)?;
-        }
-        for hit in hits {
-            check_cost(&[hit.rule], hit.cost)?;
-        }
+        validate_keys(hits)?;
+        check_batch(hits)?;
         let plan = Plan::new(
             &self.inner.prefix,
             hits.iter().map(|h| (h.key, h.rule, h.cost)),
@@ -611,15 +608,8 @@ impl Store for RedisStore {
         hits: &[Hit<'_>],
         max_wait: Duration,
     ) -> Result<BatchReservation> {
-        if hits.is_empty() {
-            return Err(Error::NoRules);
-        }
-        for hit in hits {
-            validate_key(hit.key)?;
-        }
-        for hit in hits {
-            check_cost(&[hit.rule], hit.cost)?;
-        }
+        validate_keys(hits)?;
+        check_batch(hits)?;
         check_waits(hits.iter().map(|hit| hit.rule))?;
         if self.is_cluster() {
             let first = slot_of(hits[0].key);
@@ -638,27 +628,6 @@ impl Store for RedisStore {
             .run(&plan, None, |plan, reply| plan.reservation(reply))
             .await?;
         Ok(BatchReservation::new(decisions.into_vec(), wait))
-    }
-
-    async fn reserve(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<Reservation> {
-        reserve_by_batch(self, key, rules, cost, max_wait).await
-    }
-
-    /// One reservation, then a sleep until its time: no polling.
-    async fn acquire_wait(
-        &self,
-        key: &str,
-        rules: &[Rule],
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<Decision> {
-        wait_for_turn(self, key, rules, cost, max_wait).await
     }
 
     /// Deletes every rule's state of `key`, then tells the deny cache of

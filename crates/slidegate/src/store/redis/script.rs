@@ -26,9 +26,9 @@ use std::time::Duration;
 use redis::RedisWrite as _;
 use smallvec::SmallVec;
 
-use crate::rate::Algorithm;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
+use crate::rate::Algorithm;
 use crate::rate::Rule;
 
 use super::keys::{state_key, write_state_key};

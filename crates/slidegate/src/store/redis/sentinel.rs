@@ -37,6 +37,7 @@ use super::coalesce::Lane;
 use super::describe;
 use super::quorum::{Said, Votes, node_of};
 use super::topology::{Connect, NodeUrl};
+use crate::decision::micros;
 use crate::error::{Error, Result};
 
 /// How old the master's address may get while calls are made.
@@ -529,10 +530,6 @@ impl Drop for Lookup {
             .store(micros(sentinel.origin.elapsed()).max(1), Ordering::Release);
         sentinel.looking.store(false, Ordering::Release);
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

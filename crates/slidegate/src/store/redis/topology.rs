@@ -27,6 +27,7 @@ use parking_lot::{Mutex, RwLock};
 use redis::aio::ConnectionManager;
 
 use super::coalesce::Lane;
+use crate::decision::micros;
 use crate::error::Result;
 use crate::store::slot_key;
 
@@ -295,10 +296,6 @@ fn parse_slots(reply: &redis::Value, asked: &str) -> Option<Ranges> {
     }
     ranges.sort_unstable_by_key(|(first, _, _)| *first);
     Some(ranges)
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
