@@ -72,7 +72,7 @@ mod tests {
             "usage may exceed the limit"
         );
         assert!(matches!(
-            check_cost(&reporting, crate::Rate::MAX_LIMIT + 1),
+            check_cost(&reporting, crate::rate::Rate::MAX_LIMIT + 1),
             Err(Error::CostExceedsLimit { .. })
         ));
     }
