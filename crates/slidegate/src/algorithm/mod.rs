@@ -1,5 +1,5 @@
 //! The four algorithms, each a pure state machine: state + rate + now + cost
-//! in, [`Decision`] out. No I/O, no clock, no locks: stores own those.
+//! in, [`Decision`](crate::decision::Decision) out. No I/O, no clock, no locks: stores own those.
 //!
 //! Every algorithm follows the same protocol, which lets a store decide
 //! several rules all-or-nothing:

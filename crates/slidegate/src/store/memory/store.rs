@@ -190,7 +190,7 @@ where
 
     /// Reserves the earliest time at which a request of `cost` for `key`
     /// passes every rule in `rules`, if that is within `max_wait` (at most
-    /// [`MAX_WAIT`](super::reserve::MAX_WAIT)): the admission is recorded
+    /// [`MAX_WAIT`](crate::store::MAX_WAIT)): the admission is recorded
     /// at that time now, in one step, and the caller proceeds once
     /// [`wait`](Reservation::wait) has passed, without asking again.
     /// Beyond `max_wait` nothing is recorded and the decision is the
@@ -283,7 +283,7 @@ where
         self.inner.bounds.keys()
     }
 
-    /// Bytes held, as [`max_bytes`](MemoryStoreBuilder::max_bytes) counts
+    /// Bytes held, as [`max_bytes`](crate::store::memory::MemoryStoreBuilder::max_bytes) counts
     /// them: a counter, cheap to read (for metrics).
     pub fn bytes(&self) -> usize {
         self.inner.bounds.bytes()

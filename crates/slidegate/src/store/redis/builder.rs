@@ -8,18 +8,58 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::calls::{Calls, Coalesce};
 use super::changes::{Feed, Source};
-use super::coalesce::{Calls, Coalesce, Lane};
+use super::coalesce::Lane;
+use super::errors::describe;
+use super::inner::{Connection, Inner};
 use super::sentinel::{self, Sentinel};
+use super::store::RedisStore;
 use super::topology::{NodeUrl, Topology};
-use super::{
-    Connection, DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRY_MARGIN,
-    DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner, PIPELINE_BUFFER, RECONNECT_MAX_DELAY, RedisStore,
-    describe,
-};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::contract::Store;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "slidegate";
+/// The default deadline of one store call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// The default deadline of one connection attempt.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How much longer than needed Redis keeps an idle key by default, on
+/// Redis' clock: absorbs the rounding to Redis' millisecond expiry.
+pub const DEFAULT_EXPIRY_MARGIN: Duration = Duration::from_millis(1);
+/// The default expiry margin with a client clock: covers a skew of up to
+/// a second between the clocks of the processes sharing the limits.
+pub const DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
+/// Requests the multiplexed connection buffers before it applies
+/// backpressure (redis-rs' default of 50 throttles concurrent decisions).
+const PIPELINE_BUFFER: usize = 1024;
+/// Longest pause between two reconnection attempts. redis-rs doubles its
+/// pause from 100 ms without a cap, and every call waits for the pending
+/// reconnection: after a 5 s outage the store came back 5 s late.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
+
+impl RedisStore {
+    /// A builder for the Redis (or Redis Cluster) at `url`:
+    ///
+    /// - `redis://[user:password@]host[:port][/db]`
+    /// - `rediss://...` for TLS (rustls, the system's root certificates)
+    /// - `redis+cluster://[user:password@]host1:port1,host2:port2` (or
+    ///   `rediss+cluster://`) for a cluster: any reachable nodes; the rest
+    ///   is discovered.
+    /// - `redis+sentinel://[user:password@]host1:port1,host2:port2/MASTER_NAME[/db]`
+    ///   (or `rediss+sentinel://`, TLS to the sentinels and the master) for
+    ///   a master that Redis Sentinel fails over: the sentinels are asked
+    ///   which node is the master, and asked again when calls fail and once
+    ///   a second, so that the store follows a failover. A node is followed
+    ///   only when a majority of the URL's sentinels name it. The user and
+    ///   password are the master's; the sentinels' go in the query:
+    ///   `?sentinel_username=USER&sentinel_password=PASSWORD`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder::new(url.into())
+    }
+}
 
 /// Configures a [`RedisStore`].
 #[derive(Clone)]

@@ -34,7 +34,7 @@ use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 
 use super::coalesce::Lane;
-use super::describe;
+use super::errors::describe;
 use super::quorum::{Said, Votes, node_of};
 use super::topology::{Connect, NodeUrl};
 use crate::decision::micros;
