@@ -12,8 +12,8 @@ pub use reserve::{BatchReservation, MAX_WAIT, Reservation};
 
 pub mod changes;
 pub(crate) mod checks;
-mod contract;
-mod hit;
+pub(crate) mod contract;
+pub(crate) mod hit;
 pub mod key;
 pub mod memory;
 #[cfg(feature = "redis")]
