@@ -13,9 +13,10 @@ use super::changes::{Feed, Source};
 use super::coalesce::Lane;
 use super::errors::describe;
 use super::inner::{Connection, Inner};
-use super::sentinel::{self, Sentinel};
+use super::sentinel::Sentinel;
 use super::store::RedisStore;
-use super::topology::{NodeUrl, Topology};
+use super::topology::Topology;
+use super::url::{NodeUrl, cluster_nodes, sentinel_url};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::store::contract::Store;
@@ -196,7 +197,7 @@ impl RedisStoreBuilder {
             coalesce: self.coalesce,
         });
         let (connection, topology, source) =
-            match (cluster_nodes(&self.url)?, sentinel::parse(&self.url)?) {
+            match (cluster_nodes(&self.url)?, sentinel_url(&self.url)?) {
                 (Some((url, hosts)), _) => {
                     let connection = self.cluster(&url, &hosts)?;
                     let connect_timeout = self.connect_timeout;
@@ -305,38 +306,6 @@ fn manager(url: &str, connect_timeout: Duration) -> Result<ConnectionManager> {
     ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)
 }
 
-/// The way to a node of a `redis+cluster://` (or `rediss+cluster://`) URL
-/// and its nodes (`host:port`), or `None` for a single node's URL.
-fn cluster_nodes(url: &str) -> Result<Option<(NodeUrl, Vec<String>)>> {
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-        ("redis", rest)
-    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
-        ("rediss", rest)
-    } else {
-        return Ok(None);
-    };
-    let (auth, hosts) = match rest.rsplit_once('@') {
-        Some((auth, hosts)) => (format!("{auth}@"), hosts),
-        None => (String::new(), rest),
-    };
-    let (hosts, path) = match hosts.split_once('/') {
-        Some((hosts, path)) => (hosts, format!("/{path}")),
-        None => (hosts, String::new()),
-    };
-    let hosts: Vec<String> = hosts
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if hosts.is_empty() {
-        return Err(Error::Config(
-            "a redis+cluster:// URL needs at least one host:port".into(),
-        ));
-    }
-    Ok(Some((NodeUrl { scheme, auth, path }, hosts)))
-}
-
 /// redis-rs builds its rustls configuration with the process' default
 /// crypto provider: make it ring unless the application chose one.
 fn install_tls_provider(url: &str) {
@@ -347,34 +316,4 @@ fn install_tls_provider(url: &str) {
 
 fn config_error(e: redis::RedisError) -> Error {
     Error::Config(describe(&e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node_urls(url: &str) -> Option<Vec<String>> {
-        let (template, hosts) = cluster_nodes(url).ok()??;
-        Some(hosts.iter().map(|h| template.of(h)).collect())
-    }
-
-    #[test]
-    fn cluster_urls_list_every_node_with_the_credentials() {
-        assert_eq!(
-            node_urls("redis+cluster://u:p@h1:7000,h2:7001"),
-            Some(vec![
-                "redis://u:p@h1:7000".to_owned(),
-                "redis://u:p@h2:7001".to_owned()
-            ])
-        );
-        assert_eq!(
-            node_urls("rediss+cluster://h1:7000/"),
-            Some(vec!["rediss://h1:7000/".to_owned()])
-        );
-        assert!(matches!(cluster_nodes("redis://h1:6379"), Ok(None)));
-        assert!(matches!(
-            cluster_nodes("redis+cluster://"),
-            Err(Error::Config(_))
-        ));
-    }
 }

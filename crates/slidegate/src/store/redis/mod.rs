@@ -83,3 +83,4 @@ mod script;
 mod sentinel;
 mod store;
 mod topology;
+mod url;

@@ -27,6 +27,7 @@ use parking_lot::{Mutex, RwLock};
 use redis::aio::ConnectionManager;
 
 use super::coalesce::Lane;
+use super::url::NodeUrl;
 use crate::decision::micros;
 use crate::error::Result;
 
@@ -36,21 +37,6 @@ const REFRESH_EVERY: Duration = Duration::from_secs(1);
 const REFRESH_AFTER_FAILURE: Duration = Duration::from_millis(100);
 /// How long one node is given to answer `CLUSTER SLOTS`.
 const FETCH_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// A node's URL: the cluster URL's scheme, credentials and path around the
-/// node's `host:port`.
-#[derive(Clone, Debug)]
-pub(crate) struct NodeUrl {
-    pub(crate) scheme: &'static str,
-    pub(crate) auth: String,
-    pub(crate) path: String,
-}
-
-impl NodeUrl {
-    pub(crate) fn of(&self, node: &str) -> String {
-        format!("{}://{}{node}{}", self.scheme, self.auth, self.path)
-    }
-}
 
 /// Slot ranges `(first, last, master)`, sorted by `first`.
 type Ranges = Vec<(u16, u16, Arc<str>)>;
