@@ -3,13 +3,13 @@
 
 use std::future::Future;
 use std::sync::Weak;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::changes::ChangeListener;
 use super::hit::Hit;
 use super::reserve::{BatchReservation, Reservation};
-use crate::decision::{Decision, micros};
-use crate::error::{Error, Result};
+use crate::decision::Decision;
+use crate::error::Result;
 use crate::rate::Rule;
 
 /// What every store offers. All methods are atomic per call.
@@ -94,10 +94,7 @@ pub trait Store: Send + Sync {
                 .iter()
                 .map(|&rule| Hit::new(key, rule, cost))
                 .collect();
-            let reserved = self.reserve_batch(&hits, max_wait).await?;
-            let wait = reserved.granted().then(|| micros(reserved.wait()));
-            let decision = Decision::combine(reserved.decisions()).ok_or(Error::NoRules)?;
-            Ok(Reservation::new(decision, wait))
+            Reservation::of_hits(self.reserve_batch(&hits, max_wait).await?)
         }
     }
 
@@ -111,16 +108,18 @@ pub trait Store: Send + Sync {
         max_wait: Duration,
     ) -> impl Future<Output = Result<BatchReservation>> + Send {
         let _ = max_wait;
-        async move { Ok(BatchReservation::new(self.acquire_batch(hits).await?, None)) }
+        async move { Ok(BatchReservation::at_once(self.acquire_batch(hits).await?)) }
     }
 
     /// Like [`acquire`](Store::acquire), but when denied, waits until the
-    /// request would pass, as long as the wait stays within `max_wait`:
-    /// one [reservation](Store::reserve), then a sleep until its time (no
-    /// polling, and no later caller passes ahead). Returns allowed once
-    /// its time comes, or the denial at once when passing would take
-    /// longer than `max_wait` (without sleeping in vain). A store that
-    /// cannot reserve (the default `reserve_batch`) answers at once.
+    /// request would pass, as long as the wait stays within `max_wait`.
+    /// Returns allowed once its time comes, or the denial at once when
+    /// passing would take longer than `max_wait` (without sleeping in
+    /// vain). A store that [reserves](Store::reserve) (every store of this
+    /// crate) is asked once: one reservation, then a sleep until its time,
+    /// and no later caller passes ahead. A store that cannot reserve (the
+    /// default `reserve_batch`) is asked again after each `retry_after`,
+    /// and other callers may overtake.
     fn acquire_wait(
         &self,
         key: &str,
@@ -129,8 +128,21 @@ pub trait Store: Send + Sync {
         max_wait: Duration,
     ) -> impl Future<Output = Result<Decision>> + Send {
         async move {
-            let reservation = self.reserve(key, rules, cost, max_wait).await?;
-            Ok(reservation.wait_for_turn().await)
+            let deadline = Instant::now() + max_wait;
+            let mut max_wait = max_wait;
+            loop {
+                let reservation = self.reserve(key, rules, cost, max_wait).await?;
+                let decision = reservation.decision();
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !reservation.decided_at_once()
+                    || decision.allowed()
+                    || decision.retry_after() > left
+                {
+                    return Ok(reservation.wait_for_turn().await);
+                }
+                tokio::time::sleep(decision.retry_after()).await;
+                max_wait = deadline.saturating_duration_since(Instant::now());
+            }
         }
     }
 }

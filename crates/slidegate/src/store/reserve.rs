@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::decision::{Decision, micros};
+use crate::error::{Error, Result};
 
 /// The longest wait a reservation takes: 4 minutes. A longer `max_wait`
 /// is read as this one. A waiting request holds its caller (a connection,
@@ -27,6 +28,9 @@ pub(crate) fn wait_micros(max_wait: Duration) -> u64 {
 pub struct Reservation {
     decision: Decision,
     wait: Duration,
+    /// Decided at once by a store that cannot reserve: a denial says when
+    /// to ask again, not that no turn came within the wait.
+    at_once: bool,
 }
 
 impl Reservation {
@@ -36,7 +40,26 @@ impl Reservation {
         Reservation {
             decision,
             wait: Duration::from_micros(wait_us.unwrap_or(0)),
+            at_once: false,
         }
+    }
+
+    /// The reservation of one key's hits, one per rule, reserved as a
+    /// batch: their decisions combined, the batch's wait when granted.
+    pub(crate) fn of_hits(batch: BatchReservation) -> Result<Reservation> {
+        let wait = batch.granted().then(|| micros(batch.wait));
+        let decision = Decision::combine(&batch.decisions).ok_or(Error::NoRules)?;
+        Ok(Reservation {
+            at_once: batch.at_once,
+            ..Reservation::new(decision, wait)
+        })
+    }
+
+    /// True when a store that cannot reserve decided at once (see
+    /// [`BatchReservation::at_once`]): a denial then says when to ask
+    /// again.
+    pub(crate) fn decided_at_once(&self) -> bool {
+        self.at_once
     }
 
     /// The decision: allowed when the reservation was granted (its
@@ -73,6 +96,8 @@ impl Reservation {
 pub struct BatchReservation {
     decisions: Vec<Decision>,
     wait: Duration,
+    /// See [`Reservation`]'s.
+    at_once: bool,
 }
 
 impl BatchReservation {
@@ -82,6 +107,19 @@ impl BatchReservation {
         BatchReservation {
             decisions,
             wait: Duration::from_micros(wait_us.unwrap_or(0)),
+            at_once: false,
+        }
+    }
+
+    /// The answer of a store that cannot reserve: `decisions` made at
+    /// once, nothing reserved (what [`Store::reserve_batch`]'s default
+    /// answers).
+    ///
+    /// [`Store::reserve_batch`]: crate::store::Store::reserve_batch
+    pub(crate) fn at_once(decisions: Vec<Decision>) -> BatchReservation {
+        BatchReservation {
+            at_once: true,
+            ..BatchReservation::new(decisions, None)
         }
     }
 
