@@ -19,6 +19,7 @@ pub struct RateLimitLayer<St, K> {
 }
 
 impl<St, K> RateLimitLayer<St, K> {
+    /// The layer of a configuration the builder checked.
     pub(super) fn from_config(config: Config<St, K>) -> Self {
         RateLimitLayer {
             config: Arc::new(config),

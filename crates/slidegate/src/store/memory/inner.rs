@@ -194,6 +194,7 @@ pub(super) struct BatchKeys {
 }
 
 impl BatchKeys {
+    /// The distinct keys of `hits`.
     pub(super) fn new<Q: Hash + Eq + ?Sized>(hits: &[Hit<'_, Q>]) -> BatchKeys {
         let mut key_of = Vec::with_capacity(hits.len());
         let mut keys: Vec<(usize, bool)> = Vec::new();

@@ -43,6 +43,7 @@ where
     K: Hash + Eq,
     C: Clock,
 {
+    /// Drops every idle key, shard by shard; how many were dropped.
     pub(super) fn sweep(&self) -> usize {
         let (mut removed, mut bytes) = (0, 0);
         for shard in 0..self.map.shards() {

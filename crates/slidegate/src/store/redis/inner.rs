@@ -301,6 +301,8 @@ impl Inner {
         }
     }
 
+    /// Runs a command other than a decision (`SCAN`, `DEL`, `PING`,
+    /// `PUBLISH`) on the node that serves `route_key`, within the deadline.
     pub(super) async fn query<T: redis::FromRedisValue>(
         &self,
         cmd: &redis::Cmd,

@@ -106,6 +106,8 @@ impl<S: Store> Shared<S> {
         )
     }
 
+    /// The failure policy's answer to a decision the backend could not
+    /// make.
     pub(super) async fn fallback(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
         match self.policy {
             FailurePolicy::Local => {
@@ -125,6 +127,7 @@ impl<S: Store> Shared<S> {
         }
     }
 
+    /// [`fallback`](Self::fallback) for a batch.
     pub(super) async fn fallback_batch(&self, hits: &[Hit<'_>]) -> Result<Vec<Decision>> {
         match self.policy {
             FailurePolicy::Local => {
@@ -151,6 +154,7 @@ impl<S: Store> Shared<S> {
     }
 }
 
-pub(super) fn min_limit(rules: &[Rule]) -> u64 {
+/// The smallest limit of `rules` (what a policy's answer reports).
+fn min_limit(rules: &[Rule]) -> u64 {
     rules.iter().map(Rule::limit).min().unwrap_or(0)
 }
