@@ -159,9 +159,11 @@ reset() {
   cli config resetstat >/dev/null
 }
 
-# slidegate's script, as script.rs assembles it.
+# slidegate's script, as script.rs assembles it: the parts of
+# SCRIPT_SOURCE in turn, then every name of codes.lua written as its number
+# (in code, not in comments).
 ours_text() {
-  sed -n '/SCRIPT_TEXT: &str = concat!(/,/^);/p' "$SCRIPT_RS" |
+  sed -n '/SCRIPT_SOURCE: &str = concat!(/,/^);/p' "$SCRIPT_RS" |
     perl -ne '
       BEGIN { $dir = shift }
       if (/include_str!\("([a-z_]+\.lua)"\)/) {
@@ -171,7 +173,23 @@ ours_text() {
         (my $text = $1) =~ s/\\n/\n/g;
         print $text;
       }
-    ' "$ROOT/crates/slidegate/src/store/redis"
+    ' "$ROOT/crates/slidegate/src/store/redis" |
+    perl -e '
+      open(my $f, "<", shift) or die "codes.lua: $!";
+      my %number;
+      while (<$f>) {
+        next unless /^local (.*?)=(.*)$/;
+        my @names = map { s/^\s+|\s+$//gr } split /,/, $1;
+        my @numbers = map { s/^\s+|\s+$//gr } split /,/, $2;
+        @number{@names} = @numbers;
+      }
+      while (my $line = <STDIN>) {
+        my $at = index($line, "--");
+        my ($code, $comment) = $at < 0 ? ($line, "") : (substr($line, 0, $at), substr($line, $at));
+        $code =~ s/(\w+)/exists $number{$1} ? $number{$1} : $1/ge;
+        print $code, $comment;
+      }
+    ' "$ROOT/crates/slidegate/src/store/redis/codes.lua"
 }
 
 # A stream of EVALSHA calls in RESP on a synthetic clock.

@@ -11,86 +11,31 @@ mod graph;
 
 use std::path::{Path, PathBuf};
 
-use graph::{Circle, Graph};
+use graph::Graph;
 
 fn crate_dir(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(name)
 }
 
-/// Circles of the library that are known and being taken apart; each
-/// entry is one circle's files, sorted. The list only shrinks: a circle
-/// not in it fails the test, and so does an entry that is no longer a
-/// circle (remove it).
-const KNOWN_LIBRARY_CIRCLES: &[&[&str]] = &[
-    &[
-        "src/algorithm/fixed_window.rs",
-        "src/algorithm/gcra.rs",
-        "src/algorithm/mod.rs",
-        "src/algorithm/sliding_counter.rs",
-        "src/algorithm/sliding_log.rs",
-        "src/rate.rs",
-    ],
-    &[
-        "src/middleware.rs",
-        "src/middleware/builder.rs",
-        "src/middleware/decide.rs",
-        "src/middleware/policies.rs",
-        "src/middleware/response.rs",
-        "src/middleware/service.rs",
-    ],
-    &[
-        "src/store/memory.rs",
-        "src/store/mod.rs",
-        "src/store/redis/builder.rs",
-        "src/store/redis/changes.rs",
-        "src/store/redis/coalesce.rs",
-        "src/store/redis/cross_slot.rs",
-        "src/store/redis/mod.rs",
-        "src/store/redis/script.rs",
-        "src/store/redis/sentinel.rs",
-        "src/store/redis/topology.rs",
-        "src/store/reserve.rs",
-        "src/store/resilient.rs",
-    ],
-];
-
-fn check(name: &str, known: &[&[&str]]) {
+fn check(name: &str) {
     let graph = Graph::of_crate(&crate_dir(name));
     println!("{name}: {} files\n{}", graph.files.len(), graph.render());
-    let circles = graph.circles();
-    let (known_found, new): (Vec<&Circle>, Vec<&Circle>) = circles.iter().partition(|c| {
-        known
-            .iter()
-            .any(|k| c.files.iter().map(String::as_str).eq(k.iter().copied()))
-    });
-    let gone: Vec<&&[&str]> = known
-        .iter()
-        .filter(|k| {
-            !known_found
-                .iter()
-                .any(|c| c.files.iter().map(String::as_str).eq(k.iter().copied()))
-        })
-        .collect();
-    let report: String = new.iter().map(ToString::to_string).collect();
+    let report: String = graph.circles().iter().map(ToString::to_string).collect();
     assert!(
-        new.is_empty(),
+        report.is_empty(),
         "{name}: modules that import each other, directly or through others \
          (move what both need to a module of its own, below both):\n{report}"
-    );
-    assert!(
-        gone.is_empty(),
-        "{name}: no longer circles, remove them from the known list: {gone:?}"
     );
 }
 
 #[test]
 fn the_server_has_no_circles() {
-    check("slidegate-server", &[]);
+    check("slidegate-server");
 }
 
 #[test]
-fn the_library_has_no_circles_but_the_known_ones() {
-    check("slidegate", KNOWN_LIBRARY_CIRCLES);
+fn the_library_has_no_circles() {
+    check("slidegate");
 }
 
 #[test]

@@ -36,6 +36,30 @@
 //!
 //! Features: `redis` (the Redis store), `tower` (the middleware), `http`
 //! (the header formatting only).
+//!
+//! # Layers
+//!
+//! Each layer uses only the layers below it, and no module imports one
+//! that imports it back: a module's `mod.rs` names its files and
+//! re-exports them, and what its files share lives in a file of its own.
+//!
+//! 1. **Values**: [`rate`] (`Rate`, `Algorithm`, `Rule`), [`decision`],
+//!    [`error`], [`clock`].
+//! 2. **Algorithms**, pure: [`algorithm`] steps a state with a rate, a time
+//!    and a cost; no I/O, no clock, no locks.
+//! 3. **The store contract**: [`store`]'s `Store` trait, `Hit`, key rules
+//!    and reservations, which every store and every caller speaks.
+//! 4. **Stores**, which own the clocks, the state and the I/O:
+//!    [`MemoryStore`] runs the algorithms on its sharded map;
+//!    [`ResilientStore`](store::resilient::ResilientStore) wraps any store
+//!    (its local fallback is a memory store); `RedisStore` sends the same
+//!    algorithms, written in Lua, to Redis (its calls go through the
+//!    resilient store's per-node breakers).
+//! 5. **HTTP on top**: `headers` formats a decision, `middleware`
+//!    decides requests through any `Store`; nothing below knows of them.
+//!
+//! A new algorithm goes in layer 2 (and in the Redis script), a new store
+//! in layer 4 behind the `Store` trait, a new front in layer 5.
 #![warn(missing_docs)]
 // docs.rs builds with `--cfg docsrs` on nightly: items behind a feature say
 // which one.

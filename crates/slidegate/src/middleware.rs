@@ -52,12 +52,12 @@
 //!    and gets `413 Content Too Large` at once.
 //! 3. **Decision**: one store call decides every rule of the layer, all or
 //!    nothing: a request denied by `10/s` is not counted in `300/m` either.
-//!    One rule is one [`Store::acquire`] (or [`Store::acquire_now`], when
+//!    One rule is one [`Store::acquire`](crate::store::Store::acquire) (or [`Store::acquire_now`](crate::store::Store::acquire_now), when
 //!    the store can answer without waiting); several are one
-//!    [`Store::acquire_batch`] with a hit per rule on the same key, which
+//!    [`Store::acquire_batch`](crate::store::Store::acquire_batch) with a hit per rule on the same key, which
 //!    answers for each rule: the `RateLimit` field gives every policy its
 //!    own `r` and `t`, and `violated-policies` names exactly the ones that
-//!    denied. The store is any [`Store`]: [`MemoryStore`](crate::MemoryStore)
+//!    denied. The store is any [`Store`](crate::store::Store): [`MemoryStore`](crate::MemoryStore)
 //!    in process, or a shared one so that several instances share a limit.
 //! 4. **When the store cannot decide**: a full store denies (`429`); a
 //!    store that is down is left to [`OnStoreError`] (pass by default, or
@@ -84,9 +84,9 @@
 //!
 //! | the store says | the layer answers | why |
 //! |---|---|---|
-//! | [`CostExceedsLimit`](Error::CostExceedsLimit) | `413` | the request can never pass |
-//! | full: [`StoreFull`](Error::StoreFull) (keys or bytes), [`TooManyRules`](Error::TooManyRules) | `429`, `Retry-After: 1`, always, whatever [`OnStoreError`] says | see below |
-//! | down: [`Timeout`](Error::Timeout), [`Store`](Error::Store) | [`OnStoreError`]: pass (the default) or `503` | an availability choice: see [`OnStoreError`] |
+//! | [`CostExceedsLimit`](crate::Error::CostExceedsLimit) | `413` | the request can never pass |
+//! | full: [`StoreFull`](crate::Error::StoreFull) (keys or bytes), [`TooManyRules`](crate::Error::TooManyRules) | `429`, `Retry-After: 1`, always, whatever [`OnStoreError`] says | see below |
+//! | down: [`Timeout`](crate::Error::Timeout), [`Store`](crate::Error::Store) | [`OnStoreError`]: pass (the default) or `503` | an availability choice: see [`OnStoreError`] |
 //! | anything else (the store refuses the layer's own key or configuration, such as a prefix that is no valid key) | `503`, logged at error level, whatever [`OnStoreError`] says | a misconfiguration: passing would switch the limit off unnoticed |
 //!
 //! A full store denies rather than evicting or passing. A store fills up
@@ -109,7 +109,7 @@
 //! admitted request costs the layer no allocation and no boxed future: the
 //! request is read in place ([`RequestHead`]), the key is written into a
 //! buffer each thread reuses, the store decides synchronously
-//! ([`Store::acquire_now`]) and the inner service's future and response
+//! ([`Store::acquire_now`](crate::store::Store::acquire_now)) and the inner service's future and response
 //! pass through unwrapped. With `headers_on_success`, one string per
 //! response holds the `RateLimit` value. Several rules, or a store that
 //! waits (Redis), cost a boxed future and a copy of the key.
@@ -132,210 +132,30 @@
 //! outermost. Give layers that share a store and could build the same key
 //! a [`prefix`](RateLimitBuilder::prefix) each.
 
-use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
-
-use http::StatusCode;
-use tower_layer::Layer;
-
-use crate::error::Error;
-use crate::headers::InvalidPolicyName;
-use crate::rate::{Rate, Rule};
-use crate::store::Store;
-
 mod body;
+mod build_error;
 mod builder;
 mod decide;
+mod fallback;
 mod head;
 mod key;
+mod layer;
 mod policies;
 mod proxy;
 mod response;
 mod service;
 
 pub use body::{RejectionBody, ResponseBody};
-pub use builder::RateLimitBuilder;
+pub use build_error::BuildError;
+pub use builder::{IntoRule, RateLimitBuilder};
+pub use fallback::{MissingKey, OnStoreError};
 pub use head::RequestHead;
 pub use key::{
     And, ClientIp, DEFAULT_IPV6_PREFIX, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor,
     KeyWriter, NoKey, PathKey, PeerIp, Route,
 };
+pub use layer::RateLimitLayer;
 pub use policies::{PolicyDecision, PolicyDecisions};
 pub use proxy::{InvalidProxyRange, ProxyHeader, TrustedProxies};
 pub use response::{DEGRADED, QUOTA_EXCEEDED, Rejection, TEMPORARY_REDUCED_CAPACITY};
 pub use service::{RateLimit, ResponseFuture};
-
-use decide::Config;
-
-/// What happens to a request from which no key can be extracted (no peer
-/// address, no authenticated user, no API key header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MissingKey {
-    /// Answer with this status and a problem+json body saying why (gRPC:
-    /// the matching code). Statuses outside 4xx are replaced by 400.
-    /// The default, `Reject(400 Bad Request)`, fails closed.
-    Reject(StatusCode),
-    /// Pass the request on, unlimited.
-    Allow,
-    /// Count every keyless request in one shared bucket (key `nokey`),
-    /// under the same rules.
-    Shared,
-}
-
-impl Default for MissingKey {
-    fn default() -> Self {
-        MissingKey::Reject(StatusCode::BAD_REQUEST)
-    }
-}
-
-/// What happens when the store is down: it times out, cannot be reached,
-/// or fails ([`Error::Timeout`], [`Error::Store`]).
-///
-/// Only for those: a full store is always answered with 429, a cost above
-/// a limit with 413, and a store that refuses the layer's configuration
-/// with 503 (see the [module docs](self#when-the-store-cannot-decide)).
-///
-/// The default passes requests while the store is down, so an outage of
-/// the limiter does not become an outage of the service; the limit does
-/// not hold meanwhile. Choose [`Deny`](OnStoreError::Deny) where it must
-/// hold (logins, costly calls), or give the layer a
-/// [`ResilientStore`](crate::store::resilient::ResilientStore) with the
-/// `Local` policy, which keeps deciding per instance while Redis is away.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum OnStoreError {
-    /// Pass the request on (fail open). The default.
-    #[default]
-    Allow,
-    /// Answer `503 Service Unavailable` (gRPC `UNAVAILABLE`) with this
-    /// `Retry-After` (fail closed).
-    Deny {
-        /// The wait suggested to the client.
-        retry_after: Duration,
-    },
-}
-
-/// Something that names a rule: a [`Rule`], a [`Rate`], or the text of a
-/// rate (`"10/s"`, `"300/m"`), parsed when the layer is built.
-pub trait IntoRule {
-    /// The rule, or why the text is not one.
-    fn into_rule(self) -> Result<Rule, Error>;
-}
-
-impl IntoRule for Rule {
-    fn into_rule(self) -> Result<Rule, Error> {
-        Ok(self)
-    }
-}
-
-impl IntoRule for Rate {
-    fn into_rule(self) -> Result<Rule, Error> {
-        Ok(Rule::new(self))
-    }
-}
-
-impl IntoRule for &str {
-    fn into_rule(self) -> Result<Rule, Error> {
-        Rule::parse(self)
-    }
-}
-
-impl IntoRule for String {
-    fn into_rule(self) -> Result<Rule, Error> {
-        Rule::parse(&self)
-    }
-}
-
-/// Why a [`RateLimitBuilder`] could not build its layer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum BuildError {
-    /// A rule that does not parse or is out of range.
-    #[error("rule {index}: {source}")]
-    Rule {
-        /// The position of the rule, from 0.
-        index: usize,
-        /// What is wrong with it.
-        source: Error,
-    },
-    /// A layer without rules.
-    #[error("a rate limit layer needs at least one rule")]
-    NoRules,
-    /// [`block_for`](RateLimitBuilder::block_for) before any rule: it
-    /// applies to the rule added last.
-    #[error("block_for applies to the rule added before it, and there is none")]
-    BlockForWithoutRule,
-    /// A policy name that is not a valid sf-string.
-    #[error(transparent)]
-    PolicyName(#[from] InvalidPolicyName),
-    /// Two policies with the same name.
-    #[error("two policies are named {0:?}")]
-    DuplicatePolicy(String),
-}
-
-/// A tower [`Layer`] that rate limits requests: see the [module docs](self).
-///
-/// Cheap to clone: clones share the configuration and the store.
-pub struct RateLimitLayer<St, K> {
-    config: Arc<Config<St, K>>,
-}
-
-impl<St, K> RateLimitLayer<St, K>
-where
-    St: Store + 'static,
-    K: KeyExtractor,
-{
-    /// Starts configuring a layer that counts requests in `store` under the
-    /// key that `key` extracts. Add at least one rule, then
-    /// [`build`](RateLimitBuilder::build).
-    pub fn builder(store: St, key: K) -> RateLimitBuilder<St, K> {
-        RateLimitBuilder::new(store, key)
-    }
-}
-
-impl<St, K> RateLimitLayer<St, K> {
-    fn from_config(config: Config<St, K>) -> Self {
-        RateLimitLayer {
-            config: Arc::new(config),
-        }
-    }
-
-    /// The rules, in order.
-    pub fn rules(&self) -> &[Rule] {
-        self.config.policies.rules()
-    }
-
-    /// The policy names, in the order of the rules.
-    pub fn policy_names(&self) -> impl Iterator<Item = &str> {
-        self.config.policies.names().iter().map(|name| &**name)
-    }
-
-    /// The store.
-    pub fn store(&self) -> &St {
-        &self.config.store
-    }
-}
-
-impl<St, K> Clone for RateLimitLayer<St, K> {
-    fn clone(&self) -> Self {
-        RateLimitLayer {
-            config: Arc::clone(&self.config),
-        }
-    }
-}
-
-impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for RateLimitLayer<St, K> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RateLimitLayer")
-            .field("config", &self.config)
-            .finish()
-    }
-}
-
-impl<S, St, K> Layer<S> for RateLimitLayer<St, K> {
-    type Service = RateLimit<S, St, K>;
-
-    fn layer(&self, inner: S) -> Self::Service {
-        RateLimit::new(inner, Arc::clone(&self.config))
-    }
-}

@@ -1,10 +1,10 @@
-//! Rates (`100/1m`), the rules built on them, and their parser.
+//! The vocabulary of a limit: rates (`100/1m`) and their parser, the
+//! algorithms that may enforce one, and the rules that pair the two.
 
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::algorithm::Algorithm;
 use crate::error::{Error, Result};
 
 const MICROS_PER_MS: u64 = 1_000;
@@ -164,6 +164,65 @@ fn parse_window_micros(window: &str) -> std::result::Result<u64, &'static str> {
         _ => return Err("unknown window unit (expected us, ms, s, m, h, d, w)"),
     };
     count.checked_mul(unit_us).ok_or("the window is too long")
+}
+
+/// Which algorithm enforces a rule.
+///
+/// | algorithm | exact | memory per key |
+/// |---|---|---|
+/// | `sliding_log` (default) | yes: no interval of length W ever holds more than L | one entry per admission inside the window |
+/// | `sliding_counter` | approximate: weights the previous fixed window | O(1) |
+/// | `fixed_window` | per clock-aligned window only (up to 2L across a boundary) | O(1) |
+/// | `gcra` | a meter: bursts of L, then one per W/L | O(1) |
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub enum Algorithm {
+    /// Exact sliding log (the default).
+    #[default]
+    SlidingLog,
+    /// Sliding window counter: two fixed windows, the previous one weighted.
+    SlidingCounter,
+    /// Fixed window aligned to multiples of the window length.
+    FixedWindow,
+    /// Generic cell rate algorithm (token/leaky bucket as a meter).
+    Gcra,
+}
+
+impl Algorithm {
+    /// All four, in a fixed order.
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::SlidingLog,
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+        Algorithm::Gcra,
+    ];
+
+    /// The name used in configs and APIs: `sliding_log`, `sliding_counter`,
+    /// `fixed_window`, `gcra`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::SlidingCounter => "sliding_counter",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Algorithm, Error> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| Error::UnknownAlgorithm(s.to_owned()))
+    }
 }
 
 /// A rate together with the algorithm that enforces it: the unit a store
@@ -404,122 +463,4 @@ impl fmt::Display for Rule {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rate(s: &str) -> Rate {
-        s.parse().unwrap()
-    }
-
-    #[test]
-    fn parses_the_documented_forms() {
-        assert_eq!(
-            rate("100/1m"),
-            Rate::new(100, Duration::from_secs(60)).unwrap()
-        );
-        assert_eq!(rate("10/s"), Rate::new(10, Duration::from_secs(1)).unwrap());
-        assert_eq!(
-            rate("5000/1h"),
-            Rate::new(5000, Duration::from_secs(3600)).unwrap()
-        );
-        assert_eq!(
-            rate("3/250ms"),
-            Rate::new(3, Duration::from_millis(250)).unwrap()
-        );
-        assert_eq!(
-            rate("1000/1d"),
-            Rate::new(1000, Duration::from_secs(86_400)).unwrap()
-        );
-        assert_eq!(rate("100/minute"), rate("100/1m"));
-        assert_eq!(rate("100/2 minutes"), rate("100/120s"));
-        assert_eq!(rate(" 7 / 90s "), rate("7/90s"));
-    }
-
-    #[test]
-    fn display_round_trips_and_is_shortest() {
-        for s in [
-            "100/1m", "10/1s", "3/250ms", "1000/1d", "7/90s", "5/1500us", "1/36h",
-        ] {
-            assert_eq!(rate(s).to_string(), s);
-            assert_eq!(rate(&rate(s).to_string()), rate(s));
-        }
-        assert_eq!(rate("10/s").to_string(), "10/1s");
-        assert_eq!(rate("1/60s").to_string(), "1/1m");
-    }
-
-    #[test]
-    fn rejects_zero_limit_zero_window_garbage_and_overflow() {
-        for bad in [
-            "0/1s",
-            "10/0s",
-            "10/0ms",
-            "abc",
-            "10",
-            "/1s",
-            "10/",
-            "10/1x",
-            "-1/1s",
-            "1.5/1s",
-            "10/1.5s",
-            "99999999999999999999999/1s",
-            "10/99999999999999999999d",
-            "10/99999999999999d",
-            "10/500us",
-            "1000000000001/1s",
-        ] {
-            let err = bad.parse::<Rate>().unwrap_err();
-            assert!(matches!(err, Error::InvalidRate { .. }), "{bad}: {err:?}");
-        }
-    }
-
-    #[test]
-    fn new_checks_bounds_with_typed_errors() {
-        assert!(matches!(
-            Rate::new(0, Duration::from_secs(1)),
-            Err(Error::InvalidLimit { got: 0, .. })
-        ));
-        assert!(matches!(
-            Rate::new(1, Duration::from_micros(999)),
-            Err(Error::InvalidWindow { .. })
-        ));
-        assert!(Rate::new(Rate::MAX_LIMIT, Rate::MAX_WINDOW).is_ok());
-    }
-
-    #[test]
-    fn rule_display_names_non_default_algorithms() {
-        let rule = Rule::parse("10/s").unwrap();
-        assert_eq!(rule.to_string(), "10/1s");
-        assert_eq!(
-            rule.with_algorithm(Algorithm::Gcra).to_string(),
-            "10/1s gcra"
-        );
-    }
-
-    #[test]
-    fn options_leave_the_state_alone_and_are_bounded() {
-        let rule = Rule::parse("5/15m").unwrap();
-        let login = rule.block_for(Duration::from_secs(3600)).unwrap();
-        assert_eq!(login.block(), Some(Duration::from_secs(3600)));
-        assert!(!login.reports());
-        assert_ne!(login, rule);
-        assert!(login.same_state(&rule));
-        assert_eq!(login.without_options(), rule);
-        let both = login.reporting();
-        assert!(both.reports() && both.block().is_some());
-        assert_eq!(both.to_string(), "5/15m report block_for 1h");
-        assert_eq!(
-            both.block_for(Duration::ZERO).unwrap(),
-            rule.reporting(),
-            "a zero block takes the lockout away"
-        );
-        assert!(matches!(
-            rule.block_for(Duration::from_micros(999)),
-            Err(Error::InvalidBlock { .. })
-        ));
-        assert!(rule.block_for(Rate::MAX_WINDOW).is_ok());
-        assert!(matches!(
-            rule.block_for(Rate::MAX_WINDOW + Duration::from_secs(1)),
-            Err(Error::InvalidBlock { .. })
-        ));
-    }
-}
+mod tests;

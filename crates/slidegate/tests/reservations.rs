@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use slidegate::clock::{Clock, ManualClock};
-use slidegate::store::MAX_WAIT;
-use slidegate::{Algorithm, Hit, MemoryStore, Rule, Store};
+use slidegate::store::{BatchReservation, MAX_WAIT};
+use slidegate::{Algorithm, Decision, Error, Hit, MemoryStore, Rule, Store};
 
 fn store_at(micros: u64) -> (MemoryStore<String, ManualClock>, ManualClock) {
     let clock = ManualClock::at(micros);
@@ -328,4 +328,140 @@ fn a_denied_batch_keeps_no_key_it_added() {
     let decided = store.acquire_batch(&hits).unwrap();
     assert!(!decided[0].allowed());
     assert_eq!(store.len(), 1, "only \"a\" is held");
+}
+
+/// A store of another crate that implements only the required methods and
+/// `reserve_batch` (as a wrapper that times or counts calls does).
+struct BatchesOnly(MemoryStore<String, TokioClock>);
+
+impl Store for BatchesOnly {
+    async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {
+        Store::acquire(&self.0, key, rules, cost).await
+    }
+
+    async fn acquire_batch(&self, hits: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
+        Store::acquire_batch(&self.0, hits).await
+    }
+
+    async fn reset(&self, key: &str) -> slidegate::Result<()> {
+        Store::reset(&self.0, key).await
+    }
+
+    async fn ready(&self) -> slidegate::Result<()> {
+        Ok(())
+    }
+
+    async fn reserve_batch(
+        &self,
+        hits: &[Hit<'_>],
+        max_wait: Duration,
+    ) -> slidegate::Result<BatchReservation> {
+        Store::reserve_batch(&self.0, hits, max_wait).await
+    }
+}
+
+/// `reserve` and `acquire_wait` are the trait's: one reservation through
+/// `reserve_batch`, then a sleep until its turn.
+#[tokio::test(start_paused = true)]
+async fn reserve_and_acquire_wait_come_from_reserve_batch() {
+    let clock = TokioClock(tokio::time::Instant::now());
+    let store = BatchesOnly(
+        MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build(),
+    );
+    let rule = Rule::parse("1/200ms").unwrap();
+    assert!(store.acquire("k", &[rule], 1).await.unwrap().allowed());
+    let reserved = store
+        .reserve("k", &[rule], 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(reserved.granted(), "{reserved:?}");
+    assert_eq!(reserved.wait(), Duration::from_micros(200_001));
+    assert_eq!(reserved.decision().remaining(), 0);
+
+    let asked = clock.now_micros();
+    let d = store
+        .acquire_wait("k", &[rule], 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(d.allowed());
+    let log = store.0.admissions("k", rule).unwrap();
+    let turn = log[1].0 + rule.window_micros() + 1;
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert_eq!(log[2].0, turn, "recorded at its turn");
+    let woke = clock.now_micros();
+    assert!(
+        woke >= turn && woke < turn + 1_000,
+        "asked at {asked} µs, returned at {woke} µs for its turn at {turn}"
+    );
+    assert_eq!(
+        store.reserve("k", &[], 1, Duration::ZERO).await,
+        Err(Error::NoRules)
+    );
+}
+
+/// A store of another crate that cannot reserve: only the required
+/// methods.
+struct DecidesOnly(MemoryStore<String, TokioClock>);
+
+impl Store for DecidesOnly {
+    async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {
+        Store::acquire(&self.0, key, rules, cost).await
+    }
+
+    async fn acquire_batch(&self, hits: &[Hit<'_>]) -> slidegate::Result<Vec<Decision>> {
+        Store::acquire_batch(&self.0, hits).await
+    }
+
+    async fn reset(&self, key: &str) -> slidegate::Result<()> {
+        Store::reset(&self.0, key).await
+    }
+
+    async fn ready(&self) -> slidegate::Result<()> {
+        Ok(())
+    }
+}
+
+/// Without reservations, `reserve` decides at once and `acquire_wait`
+/// asks again after each `retry_after`, within `max_wait`.
+#[tokio::test(start_paused = true)]
+async fn a_store_that_cannot_reserve_is_asked_again_after_retry_after() {
+    let clock = TokioClock(tokio::time::Instant::now());
+    let store = DecidesOnly(
+        MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build(),
+    );
+    let rule = Rule::parse("1/200ms").unwrap();
+    assert!(store.acquire("k", &[rule], 1).await.unwrap().allowed());
+    let at_once = store
+        .reserve("k", &[rule], 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(!at_once.granted(), "nothing reserved: {at_once:?}");
+    assert_eq!(at_once.wait(), Duration::ZERO);
+
+    let short = store
+        .acquire_wait("k", &[rule], 1, Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert!(!short.allowed(), "beyond max_wait: refused at once");
+    assert_eq!(clock.now_micros(), 0, "without sleeping");
+
+    let d = store
+        .acquire_wait("k", &[rule], 1, Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert!(d.allowed());
+    // The first admission (at 0) has left the window: the log holds the
+    // second, admitted once it could pass (within the timer's ms).
+    let passes = rule.window_micros() + 1;
+    let log = store.0.admissions("k", rule).unwrap();
+    assert!(
+        matches!(log[..], [(at, 1)] if (passes..passes + 1_000).contains(&at)),
+        "asked again once it could pass ({passes} µs): {log:?}"
+    );
 }

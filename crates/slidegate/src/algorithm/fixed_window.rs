@@ -3,7 +3,7 @@
 //! Cheapest of all and what envoyproxy/ratelimit does, but up to `2L`
 //! requests can pass around a window boundary.
 
-use super::{Meter, until};
+use super::meter::{Meter, until};
 use crate::decision::Decision;
 use crate::rate::Rate;
 

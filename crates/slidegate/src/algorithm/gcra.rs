@@ -7,7 +7,7 @@
 //! `T` is usually not a whole number of microseconds, so the TAT is kept
 //! exactly, scaled by `L` (in units of `1/L` µs): no rounding drift.
 
-use super::{Meter, until};
+use super::meter::{Meter, until};
 use crate::decision::Decision;
 use crate::rate::Rate;
 

@@ -7,7 +7,7 @@
 //! window is counted, rounded up so the estimate never under-counts a whole
 //! request. A request of cost `c` passes iff `usage + c <= L`.
 
-use super::{Meter, until};
+use super::meter::{Meter, until};
 use crate::decision::Decision;
 use crate::rate::Rate;
 

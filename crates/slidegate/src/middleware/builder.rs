@@ -6,13 +6,62 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 
+use super::build_error::BuildError;
 use super::decide::{Config, CostFn, RejectionHook};
+use super::fallback::{MissingKey, OnStoreError};
 use super::head::RequestHead;
+use super::key::KeyExtractor;
+use super::layer::RateLimitLayer;
 use super::policies::PolicySet;
-use super::{BuildError, IntoRule, MissingKey, OnStoreError, RateLimitLayer, Rejection};
+use super::response::Rejection;
 use crate::error::Error;
 use crate::headers;
-use crate::rate::Rule;
+use crate::rate::{Rate, Rule};
+use crate::store::contract::Store;
+
+/// Something that names a rule: a [`Rule`], a [`Rate`], or the text of a
+/// rate (`"10/s"`, `"300/m"`), parsed when the layer is built.
+pub trait IntoRule {
+    /// The rule, or why the text is not one.
+    fn into_rule(self) -> Result<Rule, Error>;
+}
+
+impl IntoRule for Rule {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Ok(self)
+    }
+}
+
+impl IntoRule for Rate {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Ok(Rule::new(self))
+    }
+}
+
+impl IntoRule for &str {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Rule::parse(self)
+    }
+}
+
+impl IntoRule for String {
+    fn into_rule(self) -> Result<Rule, Error> {
+        Rule::parse(&self)
+    }
+}
+
+impl<St, K> RateLimitLayer<St, K>
+where
+    St: Store + 'static,
+    K: KeyExtractor,
+{
+    /// Starts configuring a layer that counts requests in `store` under the
+    /// key that `key` extracts. Add at least one rule, then
+    /// [`build`](RateLimitBuilder::build).
+    pub fn builder(store: St, key: K) -> RateLimitBuilder<St, K> {
+        RateLimitBuilder::new(store, key)
+    }
+}
 
 /// Configures a [`RateLimitLayer`]; made by [`RateLimitLayer::builder`].
 pub struct RateLimitBuilder<St, K> {

@@ -8,15 +8,17 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode};
 
 use super::body::RejectionBody;
+use super::fallback::{MissingKey, OnStoreError};
 use super::head::RequestHead;
 use super::key::{KeyExtractor, KeyWriter, NoKey};
 use super::policies::PolicySet;
 use super::response::{self, DEGRADED, Rejection};
-use super::{MissingKey, OnStoreError};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::headers;
-use crate::store::{Hit, MAX_KEY_LEN, Store};
+use crate::store::contract::Store;
+use crate::store::hit::Hit;
+use crate::store::key::MAX_KEY_LEN;
 
 pub(crate) type CostFn = dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync;
 pub(crate) type RejectionHook =

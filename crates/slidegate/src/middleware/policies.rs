@@ -6,7 +6,7 @@ use std::fmt;
 use bytes::Bytes;
 use http::HeaderValue;
 
-use super::BuildError;
+use super::build_error::BuildError;
 use crate::decision::Decision;
 use crate::headers::{self, InvalidPolicyName};
 use crate::rate::Rule;

@@ -29,7 +29,7 @@ use super::body::RejectionBody;
 use super::decide::{Config, Extra, Prepared, Verdict};
 use super::head::RequestHead;
 use super::key::{KeyExtractor, ThreadKey};
-use crate::store::Store;
+use crate::store::contract::Store;
 
 /// The [`Service`] made by [`RateLimitLayer`](super::RateLimitLayer):
 /// decides each request, then calls the inner service or answers itself.

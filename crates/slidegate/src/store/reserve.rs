@@ -4,11 +4,12 @@
 //! which a request fits every rule, and records it at that time. The
 //! caller sleeps until then and proceeds without asking the store again,
 //! so waiters are served in the order they reserved and never admitted
-//! beyond the limit. See [`Store::reserve`](super::Store::reserve).
+//! beyond the limit. See `Store::reserve`.
 
 use std::time::Duration;
 
 use crate::decision::{Decision, micros};
+use crate::error::{Error, Result};
 
 /// The longest wait a reservation takes: 4 minutes. A longer `max_wait`
 /// is read as this one. A waiting request holds its caller (a connection,
@@ -27,6 +28,9 @@ pub(crate) fn wait_micros(max_wait: Duration) -> u64 {
 pub struct Reservation {
     decision: Decision,
     wait: Duration,
+    /// Decided at once by a store that cannot reserve: a denial says when
+    /// to ask again, not that no turn came within the wait.
+    at_once: bool,
 }
 
 impl Reservation {
@@ -36,7 +40,26 @@ impl Reservation {
         Reservation {
             decision,
             wait: Duration::from_micros(wait_us.unwrap_or(0)),
+            at_once: false,
         }
+    }
+
+    /// The reservation of one key's hits, one per rule, reserved as a
+    /// batch: their decisions combined, the batch's wait when granted.
+    pub(crate) fn of_hits(batch: BatchReservation) -> Result<Reservation> {
+        let wait = batch.granted().then(|| micros(batch.wait));
+        let decision = Decision::combine(&batch.decisions).ok_or(Error::NoRules)?;
+        Ok(Reservation {
+            at_once: batch.at_once,
+            ..Reservation::new(decision, wait)
+        })
+    }
+
+    /// True when a store that cannot reserve decided at once (see
+    /// [`BatchReservation::at_once`]): a denial then says when to ask
+    /// again.
+    pub(crate) fn decided_at_once(&self) -> bool {
+        self.at_once
     }
 
     /// The decision: allowed when the reservation was granted (its
@@ -56,6 +79,15 @@ impl Reservation {
     pub fn granted(&self) -> bool {
         self.decision.allowed()
     }
+
+    /// Sleeps until the reserved time, then the decision: what a caller
+    /// that waits for its turn proceeds with.
+    pub(crate) async fn wait_for_turn(self) -> Decision {
+        if !self.wait.is_zero() {
+            tokio::time::sleep(self.wait).await;
+        }
+        self.decision
+    }
 }
 
 /// What a reservation of several hits got: one decision per hit, and one
@@ -64,6 +96,8 @@ impl Reservation {
 pub struct BatchReservation {
     decisions: Vec<Decision>,
     wait: Duration,
+    /// See [`Reservation`]'s.
+    at_once: bool,
 }
 
 impl BatchReservation {
@@ -73,6 +107,19 @@ impl BatchReservation {
         BatchReservation {
             decisions,
             wait: Duration::from_micros(wait_us.unwrap_or(0)),
+            at_once: false,
+        }
+    }
+
+    /// The answer of a store that cannot reserve: `decisions` made at
+    /// once, nothing reserved (what [`Store::reserve_batch`]'s default
+    /// answers).
+    ///
+    /// [`Store::reserve_batch`]: crate::store::Store::reserve_batch
+    pub(crate) fn at_once(decisions: Vec<Decision>) -> BatchReservation {
+        BatchReservation {
+            at_once: true,
+            ..BatchReservation::new(decisions, None)
         }
     }
 
@@ -96,40 +143,4 @@ impl BatchReservation {
     pub fn granted(&self) -> bool {
         self.decisions.iter().all(Decision::allowed)
     }
-}
-
-/// [`Store::reserve`](super::Store::reserve) of one key under `rules`,
-/// through the store's own `reserve_batch`.
-pub(crate) async fn reserve_by_batch<S: super::Store + ?Sized>(
-    store: &S,
-    key: &str,
-    rules: &[crate::rate::Rule],
-    cost: u64,
-    max_wait: Duration,
-) -> crate::error::Result<Reservation> {
-    super::check_cost(rules, cost)?;
-    let hits: Vec<super::Hit<'_>> = rules
-        .iter()
-        .map(|&rule| super::Hit::new(key, rule, cost))
-        .collect();
-    let reserved = store.reserve_batch(&hits, max_wait).await?;
-    let wait = reserved.granted().then(|| micros(reserved.wait()));
-    let decision = Decision::combine(reserved.decisions()).ok_or(crate::error::Error::NoRules)?;
-    Ok(Reservation::new(decision, wait))
-}
-
-/// [`Store::acquire_wait`](super::Store::acquire_wait) of a store that
-/// reserves: one reservation, then a sleep until its time.
-pub(crate) async fn wait_for_turn<S: super::Store + ?Sized>(
-    store: &S,
-    key: &str,
-    rules: &[crate::rate::Rule],
-    cost: u64,
-    max_wait: Duration,
-) -> crate::error::Result<Decision> {
-    let reservation = store.reserve(key, rules, cost, max_wait).await?;
-    if !reservation.wait().is_zero() {
-        tokio::time::sleep(reservation.wait()).await;
-    }
-    Ok(reservation.decision())
 }

@@ -5,7 +5,7 @@ use std::fmt::{Display, Write as _};
 use std::net::IpAddr;
 use std::ops::{Deref, DerefMut};
 
-use crate::store::key_digest;
+use crate::store::key::key_digest;
 
 /// Builds a store key from labelled parts, so every key is a valid one
 /// ([`validate_key`](crate::store::validate_key)) and two different
@@ -256,7 +256,7 @@ fn escape_each(out: &mut String, text: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::validate_key;
+    use crate::store::key::validate_key;
 
     fn written(f: impl FnOnce(&mut KeyWriter)) -> String {
         let mut key = KeyWriter::new();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use super::bounds::Bounds;
 use super::rules::RuleTable;
 use super::slot::Slot;
-use crate::algorithm::{blocked, reported};
+use crate::algorithm::options::{blocked, reported};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;

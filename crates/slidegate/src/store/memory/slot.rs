@@ -24,15 +24,16 @@ use super::log::{
 };
 use super::rules::{RuleId, RuleTable};
 use super::states::{KeyStates, check_held, make_room_in};
-use crate::Algorithm;
-
-#[cfg(test)]
-mod tests;
-use crate::algorithm::sliding_log::{self, LogEntries, effective_now};
-use crate::algorithm::{FixedWindow, Gcra, Meter, SlidingCounter, SlidingLog, State};
+use crate::algorithm::fixed_window::FixedWindow;
+use crate::algorithm::gcra::Gcra;
+use crate::algorithm::log_algorithm::{self, LogEntries, effective_now};
+use crate::algorithm::meter::Meter;
+use crate::algorithm::sliding_counter::SlidingCounter;
+use crate::algorithm::sliding_log::SlidingLog;
+use crate::algorithm::state::State;
 use crate::decision::Decision;
 use crate::error::Result;
-use crate::rate::{Rate, Rule};
+use crate::rate::{Algorithm, Rate, Rule};
 
 /// The state of one key. 40 bytes: with a key of up to 24 bytes (a
 /// `String`, a `u64`), one 64-byte cache line per key.
@@ -102,11 +103,11 @@ impl StateMut<'_> {
     pub(crate) fn check(&mut self, rule: Rule, now: u64, cost: u64, bounds: &Bounds) -> Decision {
         let rate = rule.rate();
         match self {
-            StateMut::Inline(log) => sliding_log::check(log, rate, now, cost),
+            StateMut::Inline(log) => log_algorithm::check(log, rate, now, cost),
             StateMut::Spilled(log) => {
                 // A check may shrink a ring whose entries expired.
                 let before = log.heap_bytes();
-                let decision = sliding_log::check(log, rate, now, cost);
+                let decision = log_algorithm::check(log, rate, now, cost);
                 bounds.settle(before, 0, log.heap_bytes());
                 decision
             }
@@ -229,7 +230,7 @@ impl Slot {
                 rule: id, len, log, ..
             } if rules.is(*id, rule) => {
                 let mut log = Inline::new(len, log, cost_bits(rate));
-                let decision = sliding_log::check(&mut log, rate, now, cost);
+                let decision = log_algorithm::check(&mut log, rate, now, cost);
                 if decision.allowed() && cost > 0 {
                     let t = effective_now(&log, now);
                     if !log.fits(t, cost) {
@@ -704,7 +705,7 @@ impl Slot {
             Slot::Empty { .. } => true,
             Slot::Inline { rule, len, log, .. } => {
                 *len == 0
-                    || sliding_log::expired(
+                    || log_algorithm::expired(
                         log.newest_at(*len, cost_bits(rate(rule))),
                         rate(rule).window_micros(),
                         now,
@@ -712,7 +713,7 @@ impl Slot {
             }
             Slot::Spilled { rule, usage, log } => {
                 *usage == 0
-                    || sliding_log::expired(log.newest_at(), rate(rule).window_micros(), now)
+                    || log_algorithm::expired(log.newest_at(), rate(rule).window_micros(), now)
             }
             Slot::Gcra { rule, state, .. } => state.is_idle(rate(rule), now),
             Slot::Fixed { rule, state, .. } => state.is_idle(rate(rule), now),
@@ -804,7 +805,7 @@ fn decide_in_ring(
 ) -> Result<Decision> {
     let before = log.heap_bytes();
     let mut ring = Spilled::new(usage, log);
-    let decision = sliding_log::check(&mut ring, rate, now, cost);
+    let decision = log_algorithm::check(&mut ring, rate, now, cost);
     let mut charged = 0;
     if decision.allowed() && cost > 0 {
         let t = effective_now(&ring, now);
@@ -826,3 +827,6 @@ fn decide_in_ring(
     }
     Ok(decision)
 }
+
+#[cfg(test)]
+mod tests;

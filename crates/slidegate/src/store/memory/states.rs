@@ -8,7 +8,9 @@
 use std::mem::size_of;
 
 use super::bounds::Bounds;
-use crate::algorithm::{Meter, SlidingLog, State};
+use crate::algorithm::meter::Meter;
+use crate::algorithm::sliding_log::SlidingLog;
+use crate::algorithm::state::State;
 use crate::decision::Decision;
 use crate::error::Result;
 use crate::rate::{Rate, Rule};

@@ -1,7 +1,16 @@
 //! The store through its public methods: bounds, sweeps, batches.
 
+use std::hash::Hash;
+use std::time::Duration;
+
+use super::map::Map;
+use super::slot::Slot;
 use super::*;
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock};
+use crate::decision::Decision;
+use crate::error::{Error, StoreBound};
+use crate::rate::{Algorithm, Rate, Rule};
+use crate::store::hit::Hit;
 
 fn store(clock: &ManualClock) -> MemoryStore<String, ManualClock> {
     MemoryStore::builder()
@@ -101,7 +110,7 @@ fn a_full_store_refuses_new_keys_but_serves_held_ones() {
     assert_eq!(
         s.acquire(&3, &[rule], 1),
         Err(Error::StoreFull {
-            bound: crate::StoreBound::Keys(2)
+            bound: StoreBound::Keys(2)
         })
     );
     assert!(s.acquire(&1, &[rule], 1).unwrap().allowed());
@@ -125,7 +134,7 @@ where
 
 fn bytes_full(max_bytes: usize) -> Error {
     Error::StoreFull {
-        bound: crate::StoreBound::Bytes(max_bytes),
+        bound: StoreBound::Bytes(max_bytes),
     }
 }
 
@@ -324,7 +333,6 @@ fn batches_with_many_repeated_keys_add_up_per_key() {
 
 #[test]
 fn a_denied_decision_leaves_no_new_state_as_redis_does() {
-    use crate::{Algorithm, Rate};
     let t0 = 1_763_800_000_000_000;
     let clock = ManualClock::at(t0);
     let s = store(&clock);

@@ -3,12 +3,13 @@
 -- decided one after the other, each exactly as a call of its own would
 -- decide it, and all of them atomically (one script call).
 --
--- ARGV[1]: now, margin and -(4 * 2^20 + d) for d decisions (the prelude's
--- first three numbers), then per decision: its hit count as a call of its
--- own would send it (n, or -(step * 2^20 + n) for a cross-slot step), the
--- number of its keys, then the rest of its own call's ARGV[1] (for one hit:
--- algorithm, limit, window, cost; for several: six numbers per hit, and
--- the journal's lifetime for a step). KEYS: each decision's keys in turn,
+-- ARGV[1]: now, margin and -(COALESCED * MODE_SCALE + d) for d decisions
+-- (the prelude's first three numbers), then per decision: its hit count as
+-- a call of its own would send it (n, or -(mode * MODE_SCALE + n) in
+-- another mode than PLAIN), the number of its keys, then the rest of its
+-- own call's ARGV[1] (for one hit: code, limit, window, cost; for several:
+-- six numbers per hit, and one more number in another mode than PLAIN: a
+-- step's journal lifetime, a reservation's longest wait). KEYS: each decision's keys in turn,
 -- its journal last for a step; key indices in a decision's numbers count
 -- from its first key.
 --
@@ -31,48 +32,48 @@
 local unchanged = {}
 
 -- One hit: returns the answer, and true when it wrote nothing.
-local function decide_hit(index, algorithm_code, limit, window, c)
-  if algorithm_code == 0 then
+local function decide_hit(index, code, limit, window, c)
+  if code == SLIDING_LOG then
     local reply, wrote_nothing = sliding_log_one(index, now, limit, window, c, margin)
     if reply then
       return reply, wrote_nothing
     end
   end
-  return decide_one(index, algorithm_code, limit, window, c)
+  return decide_one(index, code, limit, window, c)
 end
 
 local spec, replies, at, base = ARGV[1], {}, 25, 0
 for d = 1, n do
   -- For one hit, all of its numbers; for several, the first four unused.
-  local hits, nkeys, algorithm_code, limit, window, c = bunpack('<dddddd', spec, at)
+  local hits, nkeys, code, limit, window, c = bunpack('<dddddd', spec, at)
   local ok, reply, wrote_nothing = true, nil, false
   if hits == 1 then
     at = at + 48
     local key = KEYS[base + 1]
     local seen = unchanged[key]
     -- A hit with a lockout reads its block too: never answered from memory.
-    if seen and seen[1] == c and algorithm_code < 4 then
+    if seen and seen[1] == c and code < REPORT then
       reply = seen[2]
     else
       unchanged[key] = nil
-      ok, reply, wrote_nothing = pcall(decide_hit, base + 1, algorithm_code, limit, window, c)
+      ok, reply, wrote_nothing = pcall(decide_hit, base + 1, code, limit, window, c)
       if ok and wrote_nothing then
         unchanged[key] = { c, reply }
       end
     end
   else
     at = at + 16
-    local step = 0
+    local its_mode = PLAIN
     if hits < 0 then
-      step = math.floor(-hits / 1048576)
-      hits = -hits % 1048576
+      its_mode = math.floor(-hits / MODE_SCALE)
+      hits = -hits % MODE_SCALE
     end
     for k = base + 1, base + nkeys do
       unchanged[KEYS[k]] = nil
     end
-    ok, reply = pcall(decide, spec, at, hits, step, base, nkeys)
+    ok, reply = pcall(decide, spec, at, hits, its_mode, base, nkeys)
     at = at + 48 * hits
-    if step > 0 then
+    if its_mode > PLAIN then
       at = at + 8
     end
   end

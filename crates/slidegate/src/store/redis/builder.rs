@@ -8,18 +8,59 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use super::calls::{Calls, Coalesce};
 use super::changes::{Feed, Source};
-use super::coalesce::{Calls, Coalesce, Lane};
-use super::sentinel::{self, Sentinel};
-use super::topology::{NodeUrl, Topology};
-use super::{
-    Connection, DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN, DEFAULT_CONNECT_TIMEOUT, DEFAULT_EXPIRY_MARGIN,
-    DEFAULT_PREFIX, DEFAULT_TIMEOUT, Inner, PIPELINE_BUFFER, RECONNECT_MAX_DELAY, RedisStore,
-    describe,
-};
+use super::coalesce::Lane;
+use super::errors::describe;
+use super::inner::{Connection, Inner};
+use super::sentinel::Sentinel;
+use super::store::RedisStore;
+use super::topology::Topology;
+use super::url::{NodeUrl, cluster_nodes, sentinel_url};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::store::Store;
+use crate::store::contract::Store;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "slidegate";
+/// The default deadline of one store call.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(50);
+/// The default deadline of one connection attempt.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How much longer than needed Redis keeps an idle key by default, on
+/// Redis' clock: absorbs the rounding to Redis' millisecond expiry.
+pub const DEFAULT_EXPIRY_MARGIN: Duration = Duration::from_millis(1);
+/// The default expiry margin with a client clock: covers a skew of up to
+/// a second between the clocks of the processes sharing the limits.
+pub const DEFAULT_CLIENT_CLOCK_EXPIRY_MARGIN: Duration = Duration::from_secs(1);
+/// Requests the multiplexed connection buffers before it applies
+/// backpressure (redis-rs' default of 50 throttles concurrent decisions).
+const PIPELINE_BUFFER: usize = 1024;
+/// Longest pause between two reconnection attempts. redis-rs doubles its
+/// pause from 100 ms without a cap, and every call waits for the pending
+/// reconnection: after a 5 s outage the store came back 5 s late.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
+
+impl RedisStore {
+    /// A builder for the Redis (or Redis Cluster) at `url`:
+    ///
+    /// - `redis://[user:password@]host[:port][/db]`
+    /// - `rediss://...` for TLS (rustls, the system's root certificates)
+    /// - `redis+cluster://[user:password@]host1:port1,host2:port2` (or
+    ///   `rediss+cluster://`) for a cluster: any reachable nodes; the rest
+    ///   is discovered.
+    /// - `redis+sentinel://[user:password@]host1:port1,host2:port2/MASTER_NAME[/db]`
+    ///   (or `rediss+sentinel://`, TLS to the sentinels and the master) for
+    ///   a master that Redis Sentinel fails over: the sentinels are asked
+    ///   which node is the master, and asked again when calls fail and once
+    ///   a second, so that the store follows a failover. A node is followed
+    ///   only when a majority of the URL's sentinels name it. The user and
+    ///   password are the master's; the sentinels' go in the query:
+    ///   `?sentinel_username=USER&sentinel_password=PASSWORD`.
+    pub fn builder(url: impl Into<String>) -> RedisStoreBuilder {
+        RedisStoreBuilder::new(url.into())
+    }
+}
 
 /// Configures a [`RedisStore`].
 #[derive(Clone)]
@@ -156,7 +197,7 @@ impl RedisStoreBuilder {
             coalesce: self.coalesce,
         });
         let (connection, topology, source) =
-            match (cluster_nodes(&self.url)?, sentinel::parse(&self.url)?) {
+            match (cluster_nodes(&self.url)?, sentinel_url(&self.url)?) {
                 (Some((url, hosts)), _) => {
                     let connection = self.cluster(&url, &hosts)?;
                     let connect_timeout = self.connect_timeout;
@@ -265,38 +306,6 @@ fn manager(url: &str, connect_timeout: Duration) -> Result<ConnectionManager> {
     ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)
 }
 
-/// The way to a node of a `redis+cluster://` (or `rediss+cluster://`) URL
-/// and its nodes (`host:port`), or `None` for a single node's URL.
-fn cluster_nodes(url: &str) -> Result<Option<(NodeUrl, Vec<String>)>> {
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-        ("redis", rest)
-    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
-        ("rediss", rest)
-    } else {
-        return Ok(None);
-    };
-    let (auth, hosts) = match rest.rsplit_once('@') {
-        Some((auth, hosts)) => (format!("{auth}@"), hosts),
-        None => (String::new(), rest),
-    };
-    let (hosts, path) = match hosts.split_once('/') {
-        Some((hosts, path)) => (hosts, format!("/{path}")),
-        None => (hosts, String::new()),
-    };
-    let hosts: Vec<String> = hosts
-        .split(',')
-        .map(str::trim)
-        .filter(|h| !h.is_empty())
-        .map(str::to_owned)
-        .collect();
-    if hosts.is_empty() {
-        return Err(Error::Config(
-            "a redis+cluster:// URL needs at least one host:port".into(),
-        ));
-    }
-    Ok(Some((NodeUrl { scheme, auth, path }, hosts)))
-}
-
 /// redis-rs builds its rustls configuration with the process' default
 /// crypto provider: make it ring unless the application chose one.
 fn install_tls_provider(url: &str) {
@@ -307,34 +316,4 @@ fn install_tls_provider(url: &str) {
 
 fn config_error(e: redis::RedisError) -> Error {
     Error::Config(describe(&e))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node_urls(url: &str) -> Option<Vec<String>> {
-        let (template, hosts) = cluster_nodes(url).ok()??;
-        Some(hosts.iter().map(|h| template.of(h)).collect())
-    }
-
-    #[test]
-    fn cluster_urls_list_every_node_with_the_credentials() {
-        assert_eq!(
-            node_urls("redis+cluster://u:p@h1:7000,h2:7001"),
-            Some(vec![
-                "redis://u:p@h1:7000".to_owned(),
-                "redis://u:p@h2:7001".to_owned()
-            ])
-        );
-        assert_eq!(
-            node_urls("rediss+cluster://h1:7000/"),
-            Some(vec!["rediss://h1:7000/".to_owned()])
-        );
-        assert!(matches!(cluster_nodes("redis://h1:6379"), Ok(None)));
-        assert!(matches!(
-            cluster_nodes("redis+cluster://"),
-            Err(Error::Config(_))
-        ));
-    }
 }

@@ -34,14 +34,14 @@ use futures_core::Stream;
 use parking_lot::Mutex;
 use redis::aio::{PubSubSink, PubSubStream};
 
-use super::keys::FORMAT;
+use super::errors::describe;
+use super::keys::{FORMAT, slot_of};
 use super::sentinel::Sentinel;
-use super::topology::{Topology, slot_of};
-use super::{Inner, describe};
-use crate::algorithm::Algorithm;
+use super::topology::Topology;
 use crate::error::{Error, Result};
-use crate::rate::{Rate, Rule};
+use crate::rate::{Algorithm, Rate, Rule};
 use crate::store::changes::{Change, ChangeListener};
+use crate::store::key::MAX_KEY_LEN;
 
 /// How long a cache trusts what it holds after the feed last proved it
 /// missed no change: the longest a reset made by one process can take to
@@ -57,7 +57,7 @@ const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// The longest message read: a key's change, with room to spare. A longer
 /// one is read as [`Change::All`].
-const MAX_MESSAGE: usize = crate::store::MAX_KEY_LEN + 64;
+const MAX_MESSAGE: usize = MAX_KEY_LEN + 64;
 
 /// Where the channel is served.
 pub(crate) enum Source {
@@ -403,17 +403,6 @@ pub(crate) fn decode(payload: &[u8]) -> Change {
         return Change::Rule(Rule::new(rate).with_algorithm(algorithm));
     }
     Change::All
-}
-
-impl Inner {
-    /// Tells every process watching this store's changes of `change`.
-    pub(super) async fn publish(&self, change: &Change) -> Result<()> {
-        let channel = self.feed.channel_name();
-        let mut publish = redis::cmd("PUBLISH");
-        publish.arg(channel).arg(encode(change));
-        let _receivers: i64 = self.query(&publish, channel).await?;
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -34,101 +34,17 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use parking_lot::Mutex;
 use redis::aio::ConnectionManager;
 use tokio::sync::oneshot;
 
+use super::calls::Calls;
+use super::errors::{
+    NOSCRIPT_RETRIES, describe, is_noscript_reply, is_redirect_reply, store_error,
+};
 use super::script::{Part, coalesced_call, load_command, plain_call};
-use crate::clock::Clock;
 use crate::error::Error;
-
-/// Further attempts when the script cache is flushed again right after the
-/// script was loaded (the script did not run, so nothing is applied twice).
-const NOSCRIPT_RETRIES: u32 = 3;
-
-/// How a [`RedisStore`](super::RedisStore) sends decisions to Redis: one
-/// script call per decision, or coalesced (the default), and the bounds
-/// of a coalesced call.
-///
-/// ```
-/// use slidegate::store::redis::Coalesce;
-/// let coalesce = Coalesce::on().max_in_flight(2).max_decisions(64);
-/// assert!(coalesce.is_on());
-/// assert!(!Coalesce::off().is_on());
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Coalesce {
-    on: bool,
-    max_in_flight: usize,
-    max_decisions: usize,
-    max_bytes: usize,
-}
-
-impl Coalesce {
-    /// Coalescing, with the default bounds: 4 calls in flight per node,
-    /// 128 decisions and 64 KiB of parameters per call.
-    pub const fn on() -> Coalesce {
-        Coalesce {
-            on: true,
-            max_in_flight: 4,
-            max_decisions: 128,
-            max_bytes: 64 << 10,
-        }
-    }
-
-    /// One script call per decision, sent by its caller (what every
-    /// decision cost before coalescing).
-    pub const fn off() -> Coalesce {
-        Coalesce {
-            on: false,
-            ..Coalesce::on()
-        }
-    }
-
-    /// True when decisions are coalesced.
-    pub const fn is_on(&self) -> bool {
-        self.on
-    }
-
-    /// Calls one node may have in flight at once (at least 1): while they
-    /// are out, decisions wait and go together in the next.
-    pub const fn max_in_flight(mut self, calls: usize) -> Coalesce {
-        self.max_in_flight = if calls == 0 { 1 } else { calls };
-        self
-    }
-
-    /// The most decisions one call decides (at least 1). A longer call
-    /// holds Redis longer (Redis runs one script at a time).
-    pub const fn max_decisions(mut self, decisions: usize) -> Coalesce {
-        self.max_decisions = if decisions == 0 { 1 } else { decisions };
-        self
-    }
-
-    /// The most bytes of keys and parameters one call carries (a call
-    /// always takes at least one decision).
-    pub const fn max_bytes(mut self, bytes: usize) -> Coalesce {
-        self.max_bytes = bytes;
-        self
-    }
-}
-
-impl Default for Coalesce {
-    fn default() -> Coalesce {
-        Coalesce::on()
-    }
-}
-
-/// What every lane of one store shares: how calls are made.
-pub(crate) struct Calls {
-    /// The caller's clock, or `None` for Redis' `TIME`.
-    pub(crate) clock: Option<Arc<dyn Clock>>,
-    pub(crate) margin_ms: u64,
-    /// The deadline of one call, and of one decision's wait.
-    pub(crate) timeout: Duration,
-    pub(crate) coalesce: Coalesce,
-}
 
 /// What a decision's caller gets back.
 #[derive(Debug)]
@@ -207,7 +123,7 @@ impl Lane {
     /// decisions waiting for this node.
     pub(crate) async fn decide(self: &Arc<Self>, part: Part) -> Answer {
         let timeout = self.calls.timeout;
-        if !self.calls.coalesce.on {
+        if !self.calls.coalesce.is_on() {
             // Boxed: the connection's futures are large, and a decision's
             // future is moved whole by every layer around it.
             return match tokio::time::timeout(timeout, Box::pin(self.call_one(part))).await {
@@ -358,7 +274,7 @@ impl Lane {
         let command = plain_call(&part, now, self.calls.margin_ms);
         match self.invoke(vec![command]).await {
             Ok(mut replies) => match replies.pop() {
-                Some(reply) if is_redirect(&reply) => Answer::Moved,
+                Some(reply) if is_redirect_reply(&reply) => Answer::Moved,
                 Some(reply) => answer(reply, 0),
                 None => Answer::Failed(Error::Store("no reply to a script call".into())),
             },
@@ -375,7 +291,7 @@ impl Lane {
         let mut replies = send(&mut connection, &commands).await?;
         for _ in 0..NOSCRIPT_RETRIES {
             let lost: Vec<usize> = (0..replies.len())
-                .filter(|&i| is_noscript(&replies[i]))
+                .filter(|&i| is_noscript_reply(&replies[i]))
                 .collect();
             if lost.is_empty() {
                 break;
@@ -416,7 +332,7 @@ async fn send(
 /// Answers the `len` decisions of one script call with its reply: a
 /// coalesced call answers each with its own element.
 fn answer_group(group: impl Iterator<Item = Waiting>, len: usize, reply: redis::Value) {
-    if is_redirect(&reply) {
+    if is_redirect_reply(&reply) {
         for waiting in group {
             let _ = waiting.answer.send(Answer::Moved);
         }
@@ -439,7 +355,7 @@ fn answer_group(group: impl Iterator<Item = Waiting>, len: usize, reply: redis::
             }
         }
         redis::Value::ServerError(e) => {
-            let error = Error::Store(super::describe(&redis::RedisError::from(e)));
+            let error = Error::Store(describe(&redis::RedisError::from(e)));
             for waiting in group {
                 let _ = waiting.answer.send(Answer::Failed(error.clone()));
             }
@@ -467,25 +383,6 @@ fn fail_all(batch: Vec<Waiting>, error: &Error) {
     for waiting in batch {
         let _ = waiting.answer.send(Answer::Failed(error.clone()));
     }
-}
-
-fn store_error(e: &redis::RedisError, timeout: Duration) -> Error {
-    if e.is_timeout() {
-        Error::Timeout(timeout)
-    } else {
-        Error::Store(super::describe(e))
-    }
-}
-
-/// A reply that is `NOSCRIPT`: the script did not run.
-pub(crate) fn is_noscript(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::ServerError(e)
-        if e.kind() == Some(redis::ServerErrorKind::NoScript))
-}
-
-fn is_redirect(reply: &redis::Value) -> bool {
-    matches!(reply, redis::Value::ServerError(e)
-        if matches!(e.kind(), Some(redis::ServerErrorKind::Moved | redis::ServerErrorKind::Ask)))
 }
 
 /// A sender's calls, from the first to the last of its turn.

@@ -72,16 +72,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Inner;
-use super::keys::journal_key;
-use super::script::{JOURNAL_LIFETIME, Plan, Step};
-use super::topology::slot_of;
 use smallvec::SmallVec;
 
+use super::inner::Inner;
+use super::keys::{journal_key, slot_of};
+use super::plan::{JOURNAL_LIFETIME, Plan, Step};
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
-use crate::store::Hit;
+use crate::store::hit::Hit;
 use crate::store::resilient::gate;
 
 /// How long an undo is retried: well within the journal's lifetime.

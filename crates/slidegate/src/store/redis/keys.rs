@@ -1,7 +1,7 @@
 //! Redis key names: `prefix:v2:{key}:rule` (or `prefix:v2:t:key:rule` for a
 //! key with its own hash tag), so that every rule of one key, and every key
-//! that shares a hash tag, lands in one Redis Cluster slot, and no two keys
-//! share a name.
+//! that shares a hash tag, lands in one Redis Cluster slot ([`slot_of`]),
+//! and no two keys share a name.
 //!
 //! The `v2` is the version of the stored format (see `sliding_log.lua`):
 //! a release that changes the format changes it, so old and new values
@@ -9,12 +9,22 @@
 //! counters start fresh once when the version changes; the old keys
 //! expire on their own.
 
-use crate::algorithm::Algorithm;
+use crate::rate::Algorithm;
 use crate::rate::{Rate, Rule};
-use crate::store::{hash_tag, slot_key};
+use crate::store::key::{hash_tag, slot_key};
 
 /// The version of the stored format, part of every key name.
 pub(crate) const FORMAT: &str = "v2";
+
+/// Slots in a Redis Cluster.
+const SLOTS: u16 = 16_384;
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, or of
+/// the whole key, modulo 16384. A Redis key named by `keys.rs` has the
+/// slot of the caller's key.
+pub(crate) fn slot_of(key: &str) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(slot_key(key).as_bytes()) % SLOTS
+}
 
 /// The Redis key holding `rule`'s state for `key`.
 pub(crate) fn state_key(prefix: &str, key: &str, rule: Rule) -> String {
@@ -118,6 +128,14 @@ pub(crate) fn is_state_of(prefix: &str, key: &str, redis_key: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_are_those_of_redis_cluster() {
+        // From the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot_of("123456789"), 12_739);
+        assert_eq!(slot_of("user:{42}:login"), slot_of("42"));
+        assert_eq!(slot_of("foo"), 12_182);
+    }
 
     fn rule(s: &str) -> Rule {
         Rule::parse(s).unwrap()

@@ -3,34 +3,39 @@
 -- rules of one key, or the descriptors of one request).
 --
 -- A decision over keys in several Redis Cluster slots is made slot by slot
--- (see cross_slot.rs), with three more modes, told by a negative hit count
--- -(mode * 2^20 + hits), each on the batch layout of the spec followed by
--- the journal's lifetime (ms), with the journal's key last in KEYS:
+-- (see cross_slot.rs), with three more modes (codes.lua: a negative hit
+-- count -(mode * MODE_SCALE + hits)), each on the batch layout of the spec
+-- followed by the journal's lifetime (ms), with the journal's key last in
+-- KEYS:
 --
---   1 record: decide and record as usual, unless the journal key exists
+--   RECORD: decide and record as usual, unless the journal key exists
 --     (the decision was undone before this call ran: nothing is done); when
 --     recorded, write the journal: per state, what was added, so that
 --     exactly that can be taken back.
---   2 check: decide without recording anything, as when another part of
+--   CHECK: decide without recording anything, as when another part of
 --     the batch denies (hits that would pass report their state).
---   3 undo: take back what the journal says was recorded, if it is still
+--   UNDO: take back what the journal says was recorded, if it is still
 --     there; then leave a tombstone in its place, so the undo is done once
 --     however often it is sent and a record call that had not run yet
 --     never will; then answer as a check.
 --
--- a sixth, mode 6: a plain decision in the batch layout followed by one
+-- WITH_OPTIONS: a plain decision in the batch layout followed by one
 -- unused number (what a hit that reports takes even alone),
--- and a fifth, on one slot, with the batch layout followed by the longest
+-- and RESERVE, on one slot, with the batch layout followed by the longest
 -- wait (µs) in place of the journal's lifetime, and no journal key:
 --
---   5 reserve: when the hits do not all fit now, find the earliest time
+--   RESERVE: when the hits do not all fit now, find the earliest time
 --     they do (now plus the longest retry_after of a check at now: usage
 --     only falls as time passes while nothing is admitted) and, if that is
 --     within the longest wait, record every hit at that time (see
 --     store/memory/reserve.rs). The reply is that of a batch followed by
 --     one more number: the wait (µs), or -1 when nothing was recorded.
 
-local BUILDERS = { [0] = build_sliding_log, build_sliding_counter, build_fixed_window, build_gcra }
+-- The builders by algorithm code (codes.lua): SLIDING_LOG's, then those of
+-- SLIDING_COUNTER, FIXED_WINDOW and GCRA, listed in the order of their
+-- codes rather than keyed by them, so that they sit in the table's array
+-- part (cheaper to build and to read).
+local BUILDERS = { [SLIDING_LOG] = build_sliding_log, build_sliding_counter, build_fixed_window, build_gcra }
 local built = {}
 
 local function build(algorithm_code)
@@ -42,16 +47,16 @@ local function build(algorithm_code)
   return algorithm
 end
 
-local mode = 0
+local mode = PLAIN
 if n < 0 then
-  mode = math.floor(-n / 1048576)
-  n = -n % 1048576
+  mode = math.floor(-n / MODE_SCALE)
+  n = -n % MODE_SCALE
 end
 
 -- One hit of another algorithm than the inline sliding log, or with a
--- lockout, on KEYS[index]: its code is the algorithm's plus 8 * the
--- lockout (µs), see decide() below; a hit that reports comes in the batch
--- layout (mode 6), even alone. The lockout's steps are decide()'s for one
+-- lockout, on KEYS[index]: its code is the algorithm's plus LOCKOUT * the
+-- lockout (µs), see codes.lua; a hit that reports comes in the batch
+-- layout (WITH_OPTIONS), even alone. The lockout's steps are decide()'s for one
 -- hit, without its tables. A plain call of one such hit, and each such
 -- hit of a coalesced call (batch.lua), is decided here.
 -- A lockout lives beside its state, in the state's key with ':block'
@@ -81,8 +86,8 @@ local function under_lockout(blocked, allowed, remaining, retry, reset)
 end
 
 local function decide_one(index, code, limit, window, c)
-  local block = math.floor(code / 8)
-  local algorithm = build(code % 4)
+  local block = math.floor(code / LOCKOUT)
+  local algorithm = build(code % REPORT)
   local st = algorithm.load(index, limit, window)
   local allowed, _, remaining, retry, reset = algorithm.check(st, now, c)
   local blocked = 0
@@ -105,7 +110,7 @@ local function decide_one(index, code, limit, window, c)
   return bpack('<dddd', allowed, remaining, retry, reset)
 end
 
-if mode == 0 and n == 1 then
+if mode == PLAIN and n == 1 then
   return decide_one(1, code, L, W, cost)
 end
 
@@ -119,22 +124,22 @@ local function decide(spec, at, n, mode, base, nkeys)
   -- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost
   -- and checked cost. States are loaded once per key.
   local journal, lifetime, max_wait
-  if mode == 6 then
-    mode = 0
+  if mode == WITH_OPTIONS then
+    mode = PLAIN
   end
-  if mode == 5 then
+  if mode == RESERVE then
     max_wait = bunpack('<d', spec, at + 48 * n)
-  elseif mode > 0 then
+  elseif mode > PLAIN then
     journal = KEYS[base + nkeys]
     lifetime = format('%d', bunpack('<d', spec, at + 48 * n))
   end
-  if mode == 1 and redis.call('EXISTS', journal) == 1 then
+  if mode == RECORD and redis.call('EXISTS', journal) == 1 then
     return redis.error_reply('CANCELLED this decision was undone before it ran')
   end
   -- An undo answers as a check and nothing more: what the decision it
   -- undoes reported, or the lockouts it started, stay as they are.
   local undone = false
-  if mode == 3 then
+  if mode == UNDO then
     -- Per state recorded: KEYS index, algorithm, limit, window, mark, cost.
     local entries = redis.call('GET', journal)
     if entries and #entries > 1 then
@@ -148,16 +153,16 @@ local function decide(spec, at, n, mode, base, nkeys)
       end
     end
     redis.call('SET', journal, 'x', 'PX', lifetime)
-    mode, undone = 2, true
+    mode, undone = CHECK, true
   end
 
-  -- Options ride in the algorithm code: code + 4 * report + 8 * lockout
-  -- (µs); a lockout is kept beside the state (write_block).
+  -- Options ride in a hit's code (see codes.lua); a lockout is kept beside
+  -- the state (write_block).
   local state, costs, askeds, states, reports, blocks = {}, {}, {}, {}, {}, {}
   local optioned = false
   for i = 1, n do
     local key, code, limit, window, c, a = bunpack('<dddddd', spec, at + 48 * (i - 1))
-    local algorithm_code = code % 4
+    local algorithm_code = code % REPORT
     local st = states[key]
     if not st then
       local algorithm = build(algorithm_code)
@@ -166,8 +171,8 @@ local function decide(spec, at, n, mode, base, nkeys)
       states[key] = st
     end
     state[i], costs[i], askeds[i] = st, c, a
-    reports[i], blocks[i] = code % 8 >= 4, math.floor(code / 8)
-    if code >= 4 then
+    reports[i], blocks[i] = code % LOCKOUT >= REPORT, math.floor(code / LOCKOUT)
+    if code >= REPORT then
       optioned = true
     end
     if blocks[i] > 0 and not st.blocked then
@@ -177,7 +182,7 @@ local function decide(spec, at, n, mode, base, nkeys)
 
   -- The reply: four numbers per hit (allowed, remaining, retry_after,
   -- reset_after), filled in place.
-  local reply, all_allowed = {}, mode ~= 2
+  local reply, all_allowed = {}, mode ~= CHECK
   local function check(i, c)
     local st = state[i]
     local j = 4 * (i - 1)
@@ -208,7 +213,7 @@ local function decide(spec, at, n, mode, base, nkeys)
 
   -- A reservation: the time every hit fits, if within the longest wait.
   local at_time, waited = now, -1
-  if mode == 5 then
+  if mode == RESERVE then
     if all_allowed then
       waited = 0
     else
@@ -283,7 +288,7 @@ local function decide(spec, at, n, mode, base, nkeys)
     end
   end
 
-  if mode == 5 then
+  if mode == RESERVE then
     if waited > 0 then
       -- What remains now, the reservation counted, as an admission
       -- reports: each state read again as saved (records written by this
@@ -307,7 +312,7 @@ local function decide(spec, at, n, mode, base, nkeys)
     return bpack('<' .. string.rep('d', 4 * n + 1), unpack(reply))
   end
 
-  if mode == 1 and all_allowed then
+  if mode == RECORD and all_allowed then
     local entries = {}
     for index, st in pairs(states) do
       if st.added then
@@ -323,6 +328,6 @@ local function decide(spec, at, n, mode, base, nkeys)
   return bpack('<' .. string.rep('d', 4 * n), unpack(reply))
 end
 
-if mode ~= 4 then
+if mode ~= COALESCED then
   return decide(ARGV[1], 25, n, mode, 0, #KEYS)
 end

@@ -5,9 +5,9 @@
 -- KEYS: one per distinct (key, rule).
 -- ARGV[1]: little-endian doubles, each an integer below 2^53 (so exact):
 --   now (µs; negative: Redis' own clock), expiry margin (ms), hit count n;
---   then for one hit: algorithm (0 sliding_log, 1 sliding_counter,
---   2 fixed_window, 3 gcra), limit, window (µs), cost; for several, per
---   hit: key index, algorithm, limit, window, cost, asked (the cost to
+--   then for one hit: code (its algorithm and its rule's options, see
+--   codes.lua), limit, window (µs), cost; for several, per hit: key
+--   index, code, limit, window, cost, asked (the cost to
 --   check: the hit's cost plus those of earlier hits on the same key, 0 for
 --   a probe).
 -- Reply: little-endian doubles, per hit: allowed (1/0), remaining,
@@ -25,7 +25,7 @@
 local bunpack, bpack, format = struct.unpack, struct.pack, string.format
 
 -- For one hit (with several, the last four are the first hit's key index,
--- algorithm, limit and window, and unused).
+-- code, limit and window, and unused).
 local now, margin, n, code, L, W, cost = bunpack('<ddddddd', ARGV[1])
 if now < 0 then
   local time = redis.call('TIME')

@@ -1,49 +1,39 @@
-//! The one Lua script every decision runs, the plan of a decision, and
-//! how a decision travels: its part of a script call, and its answer.
+//! The one Lua script every decision runs, and how a decision travels:
+//! its part of a script call ([`Part`]), sent alone ([`plain_call`]) or
+//! with the parts of other waiting decisions in one coalesced call
+//! ([`coalesced_call`], `batch.lua`). The plan of a decision, which
+//! encodes its part and reads its answer, is `plan.rs`.
 //!
-//! The text is constant (built at compile time from one file per
-//! algorithm plus the drivers), so Redis caches it once and every call is
-//! an EVALSHA with its parameters in KEYS and ARGV only.
+//! The text is constant (one file per algorithm plus the drivers, joined
+//! at compile time, with the numbers `codes.lua` names written in once),
+//! so Redis caches it once and every call is an EVALSHA with its
+//! parameters in KEYS and ARGV only.
 //!
 //! Parameters and reply are little-endian doubles (every value is an
 //! integer below 2^53, so exact): Lua reads them with one `struct.unpack`
 //! and answers with one `struct.pack`, where text would cost a `tonumber`
 //! per parameter and a table per reply, a large part of the Redis CPU of a
 //! decision.
-//!
-//! A decision is planned once ([`Plan`]) and encoded once, by its caller,
-//! into a [`Part`]: its Redis keys and its numbers in one buffer. Whoever
-//! sends it copies the part into the command: alone ([`plain_call`]), or
-//! with the parts of other waiting decisions in one coalesced call
-//! ([`coalesced_call`], `batch.lua`). Either way the answer for it is
-//! the same value, decoded by the caller with its plan.
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use redis::RedisWrite as _;
-use smallvec::SmallVec;
 
-use crate::algorithm::Algorithm;
-use crate::decision::Decision;
-use crate::error::{Error, Result};
-use crate::rate::Rule;
+use super::codes::Mode;
 
-use super::keys::{state_key, write_state_key};
-use super::topology::slot_of;
-
-/// The script. The chunk runs in full on every EVALSHA, so it starts with
-/// what every call needs and the common call (one sliding-log hit), which
-/// returns before any function of the other paths is created: the exact
-/// integer helpers, the algorithms, the driver of a call's hits and, last,
-/// the driver of coalesced calls. `sliding_log_one.lua` is a block placed
-/// twice: inline for a call of one hit, and as the function that decides
-/// such a hit inside a coalesced call (see that file).
-pub(crate) const SCRIPT_TEXT: &str = concat!(
+/// The script as written. The chunk runs in full on every EVALSHA, so it
+/// starts with what every call needs and the common call (one
+/// sliding-log hit), which returns before any function of the other
+/// paths is created: the exact integer helpers, the algorithms, the
+/// driver of a call's hits and, last, the driver of coalesced calls.
+/// `sliding_log_one.lua` is a block placed twice: inline for a call of
+/// one hit, and as the function that decides such a hit inside a
+/// coalesced call (see that file). The numbers both sides agree on are
+/// written by name (`RESERVE`, `COMPACT`): see [`SCRIPT_TEXT`].
+const SCRIPT_SOURCE: &str = concat!(
     include_str!("prelude.lua"),
-    "if n == 1 and code == 0 then\nlocal index = 1\n",
+    "if n == 1 and code == SLIDING_LOG then\nlocal index = 1\n",
     include_str!("sliding_log_one.lua"),
     "end\n",
     include_str!("arith.lua"),
@@ -58,397 +48,74 @@ pub(crate) const SCRIPT_TEXT: &str = concat!(
     include_str!("batch.lua"),
 );
 
+/// The script as sent: [`SCRIPT_SOURCE`] with every name of `codes.lua`
+/// written as its number. As Lua locals the names would cost Redis CPU on
+/// every call (a load each, an upvalue in every function that reads one:
+/// 3 % more instructions for a plain call, 5 % for a batch); as literals
+/// they cost nothing.
+pub(crate) static SCRIPT_TEXT: LazyLock<String> =
+    LazyLock::new(|| inline_codes(SCRIPT_SOURCE, include_str!("codes.lua")));
+
 /// The script's SHA1, as EVALSHA names it.
 pub(crate) static SCRIPT_SHA: LazyLock<String> =
-    LazyLock::new(|| redis::Script::new(SCRIPT_TEXT).get_hash().to_owned());
+    LazyLock::new(|| redis::Script::new(&SCRIPT_TEXT).get_hash().to_owned());
+
+/// The names a Lua table defines (`local A, B = 1, 2` lines) and their
+/// numbers, as written.
+fn lua_names(table: &str) -> Vec<(&str, &str)> {
+    table
+        .lines()
+        .filter_map(|line| line.strip_prefix("local ")?.split_once('='))
+        .flat_map(|(names, numbers)| names.split(',').zip(numbers.split(',')))
+        .map(|(name, number)| (name.trim(), number.trim()))
+        .collect()
+}
+
+/// `source` with every name that `table` defines written as its number,
+/// in code only: comments (from `--` on; no string of the script holds
+/// one) keep their names.
+fn inline_codes(source: &str, table: &str) -> String {
+    let names = lua_names(table);
+    let is_word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let mut out = String::with_capacity(source.len());
+    for line in source.split_inclusive('\n') {
+        let (mut code, comment) = line.split_at(line.find("--").unwrap_or(line.len()));
+        while let Some(start) = code.find(is_word) {
+            out.push_str(&code[..start]);
+            let word = &code[start..];
+            let word = &word[..word.find(|c: char| !is_word(c)).unwrap_or(word.len())];
+            match names.iter().find(|(name, _)| *name == word) {
+                Some((_, number)) => out.push_str(number),
+                None => out.push_str(word),
+            }
+            code = &code[start + word.len()..];
+        }
+        out.push_str(code);
+        out.push_str(comment);
+    }
+    out
+}
 
 /// `SCRIPT LOAD` of the script (after a `NOSCRIPT`).
 pub(crate) fn load_command() -> redis::Cmd {
     let mut cmd = redis::cmd("SCRIPT");
-    cmd.arg("LOAD").arg(SCRIPT_TEXT);
+    cmd.arg("LOAD").arg(SCRIPT_TEXT.as_str());
     cmd
 }
 
 /// Bytes of one number in the parameters and the reply.
-const NUMBER: usize = 8;
-/// Numbers per hit in the reply: allowed, remaining, retry_after, reset_after.
-const REPLY_NUMBERS: usize = 4;
-/// Bits of reset_after in an integer denial (see [`Plan::decisions`]).
-const COMPACT_SHIFT: u32 = 26;
+pub(super) const NUMBER: usize = 8;
 /// The largest expiry margin sent, in ms (about 35 years): keeps the
 /// script's TTL arithmetic exact and within what PEXPIRE accepts.
 const MAX_MARGIN_MS: u64 = 1 << 40;
-/// Distinct states a plan finds by a linear search; beyond, by a map.
-const LINEAR_STATES: usize = 16;
 
-/// How a step of a cross-slot decision is told apart from a plain call,
-/// and a coalesced call from both (mode 4, see `batch.lua`).
-const STEP_SCALE: f64 = 1_048_576.0;
-const COALESCED: f64 = 4.0;
-/// A reservation (mode 5, see `main.lua`).
-const RESERVE: f64 = 5.0;
-/// A plain decision of one hit that reports, in the batch layout (mode 6).
-const WITH_OPTIONS: f64 = 6.0;
-/// How long the journal of a cross-slot step (and the tombstone an undo
-/// leaves) lives in Redis: the undo of a step is tried within it.
-pub(crate) const JOURNAL_LIFETIME: Duration = Duration::from_secs(2);
-
-/// A step of a decision over several slots (see `cross_slot.rs` and
-/// `main.lua`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Step {
-    /// Decide and record, writing the journal, unless already undone.
-    Record = 1,
-    /// Decide without recording.
-    Check = 2,
-    /// Take back what the journal says, once; then decide as a check.
-    Undo = 3,
-}
-
-/// One hit, resolved: which state (KEYS entry) it counts on, what it costs
-/// and what is checked for it.
-#[derive(Clone, Copy, Debug)]
-struct PlannedHit {
-    state: usize,
-    rule: Rule,
-    cost: u64,
-    asked: u64,
-}
-
-/// What one decision asks of the script: its states and hits, in the
-/// caller's order. Borrows the caller's keys: the Redis keys are written
-/// into the [`Part`] directly, and named again only for an error.
-#[derive(Debug)]
-pub(crate) struct Plan<'a> {
-    prefix: &'a str,
-    /// The distinct states, in KEYS order: the caller's key and the rule.
-    states: SmallVec<[(&'a str, Rule); 1]>,
-    hits: SmallVec<[PlannedHit; 1]>,
-    /// For a reservation: the longest wait (µs).
-    reserve: Option<u64>,
-}
-
-impl<'a> Plan<'a> {
-    /// Resolves `hits` (already validated one by one) the way the memory
-    /// store does: hits on the same Redis key (the same key and rule)
-    /// share one state and add up, and a sum above the limit is
-    /// [`Error::CostExceedsLimit`].
-    pub(crate) fn new(
-        prefix: &'a str,
-        hits: impl IntoIterator<Item = (&'a str, Rule, u64)>,
-    ) -> Result<Plan<'a>> {
-        let hits = hits.into_iter();
-        let mut plan = Plan {
-            prefix,
-            states: SmallVec::new(),
-            hits: SmallVec::with_capacity(hits.size_hint().0),
-            reserve: None,
-        };
-        let mut totals: SmallVec<[u64; 1]> = SmallVec::new();
-        // Only a long batch pays for a map.
-        let mut index: Option<HashMap<(&'a str, Rule), usize>> = None;
-        for (key, asked_rule, cost) in hits {
-            // Options do not name the state: hits of one rule with and
-            // without them count on one key.
-            let rule = asked_rule.without_options();
-            let found = match &index {
-                Some(index) => index.get(&(key, rule)).copied(),
-                None => plan.states.iter().position(|&s| s == (key, rule)),
-            };
-            let state = match found {
-                Some(state) => state,
-                None => {
-                    plan.states.push((key, rule));
-                    totals.push(0);
-                    let state = plan.states.len() - 1;
-                    match &mut index {
-                        Some(index) => {
-                            index.insert((key, rule), state);
-                        }
-                        None if plan.states.len() > LINEAR_STATES => {
-                            index = Some(
-                                plan.states
-                                    .iter()
-                                    .enumerate()
-                                    .map(|(i, &s)| (s, i))
-                                    .collect(),
-                            );
-                        }
-                        None => {}
-                    }
-                    state
-                }
-            };
-            let total = totals[state].saturating_add(cost);
-            if total > asked_rule.max_cost() {
-                return Err(Error::CostExceedsLimit {
-                    cost: total,
-                    limit: asked_rule.max_cost(),
-                });
-            }
-            totals[state] = total;
-            plan.hits.push(PlannedHit {
-                state,
-                rule: asked_rule,
-                cost,
-                asked: if cost == 0 { 0 } else { total },
-            });
-        }
-        Ok(plan)
-    }
-
-    /// This plan as a reservation that waits at most `max_wait_us` (mode 5
-    /// of `main.lua`; never a step of a cross-slot decision).
-    pub(crate) fn reserving(mut self, max_wait_us: u64) -> Plan<'a> {
-        self.reserve = Some(max_wait_us);
-        self
-    }
-
-    /// The caller's key of the first state: it names the slot of them all.
-    pub(crate) fn route(&self) -> &'a str {
-        self.states.first().map_or("", |&(key, _)| key)
-    }
-
-    /// The Redis key of the first state (for logs).
-    pub(crate) fn first_redis_key(&self) -> String {
-        self.states
-            .first()
-            .map_or_else(String::new, |&(key, rule)| {
-                state_key(self.prefix, key, rule)
-            })
-    }
-
-    /// This decision's part of a script call, for `step` of a cross-slot
-    /// decision (with its journal's key) or for a plain decision.
-    ///
-    /// Its numbers are those of the decision's own call after `now` and
-    /// the margin: the hit count (`-(step * 2^20 + hits)` for a step), the
-    /// number of keys (not sent in a plain call), then for one hit its
-    /// algorithm code, limit, window (µs) and cost, and for several, per
-    /// hit its state (KEYS index from 1), algorithm code, limit, window,
-    /// cost and checked cost, and a step's journal lifetime (ms). Keys:
-    /// one per state, a step's journal last.
-    pub(crate) fn part(&self, step: Option<(Step, &str)>) -> Part {
-        let alone = matches!((self.hits.as_slice(), step), ([_], None)) && self.reserve.is_none();
-        // A hit that reports goes in the batch layout even alone (mode 6):
-        // the one-hit steps know lockouts, not reports.
-        let reports = alone && self.hits.iter().any(|hit| hit.rule.reports());
-        let one = alone && !reports;
-        let numbers = 2 + if one { 4 } else { 6 * self.hits.len() + 1 };
-        let mut buf = Vec::with_capacity(
-            self.states.len() * (self.prefix.len() + 48)
-                + self.states.iter().map(|(key, _)| key.len()).sum::<usize>()
-                + step.map_or(0, |(_, journal)| journal.len() + 4)
-                + NUMBER * numbers,
-        );
-        for &(key, rule) in &self.states {
-            let at = buf.len();
-            buf.extend_from_slice(&[0; 4]);
-            write_state_key(&mut buf, self.prefix, key, rule);
-            set_length(&mut buf, at);
-        }
-        if let Some((_, journal)) = step {
-            let at = buf.len();
-            buf.extend_from_slice(&[0; 4]);
-            buf.extend_from_slice(journal.as_bytes());
-            set_length(&mut buf, at);
-        }
-        let keys_end = buf.len();
-        let nkeys = self.states.len() + usize::from(step.is_some());
-        let mut put = |x: f64| buf.extend_from_slice(&x.to_le_bytes());
-        // Times, limits, windows and costs are all below 2^53 (times by
-        // more than a century), so `as f64` is exact.
-        let n = self.hits.len() as f64;
-        put(match (step, self.reserve) {
-            (Some((step, _)), _) => -(f64::from(step as u8) * STEP_SCALE + n),
-            (None, Some(_)) => -(RESERVE * STEP_SCALE + n),
-            (None, None) if reports => -(WITH_OPTIONS * STEP_SCALE + n),
-            (None, None) => n,
-        });
-        put(nkeys as f64);
-        match (self.hits.as_slice(), step) {
-            ([hit], None) if one => {
-                // One hit: its key is the first and it checks its own cost.
-                put(options_code(hit.rule));
-                put(hit.rule.limit() as f64);
-                put(hit.rule.window_micros() as f64);
-                put(hit.cost as f64);
-            }
-            _ => {
-                for hit in &self.hits {
-                    put((hit.state + 1) as f64);
-                    put(options_code(hit.rule));
-                    put(hit.rule.limit() as f64);
-                    put(hit.rule.window_micros() as f64);
-                    put(hit.cost as f64);
-                    put(hit.asked as f64);
-                }
-            }
-        }
-        if step.is_some() {
-            put(JOURNAL_LIFETIME.as_millis() as f64);
-        } else if let Some(max_wait) = self.reserve {
-            put(max_wait as f64);
-        } else if reports {
-            put(0.0);
-        }
-        Part {
-            buf,
-            keys_end,
-            nkeys,
-            slot: slot_of(self.route()),
-        }
-    }
-
-    /// The typed error for a `KEYCONFLICT` reply (`KEYCONFLICT <index>
-    /// <what the key holds>`, see `arith.lua`; the index counts KEYS of
-    /// the whole call, this decision's from `base + 1`), naming the
-    /// caller's key and the Redis key; `None` for any other error.
-    /// A `WRONGTYPE` error of a decision with one key is that key's: the
-    /// common call reads its one key without `pcall` (it costs Redis CPU).
-    pub(crate) fn conflict(&self, error: &redis::RedisError, base: usize) -> Option<Error> {
-        let named = |i: usize, what: &str| {
-            let &(key, rule) = self.states.get(i)?;
-            Some(Error::KeyConflict {
-                key: key.to_owned(),
-                detail: format!(
-                    "the Redis key {:?} {what}",
-                    state_key(self.prefix, key, rule)
-                ),
-            })
-        };
-        if error.code() == Some("WRONGTYPE") && self.states.len() == 1 {
-            return named(0, "holds another type of value (WRONGTYPE)");
-        }
-        if error.code() != Some("KEYCONFLICT") {
-            return None;
-        }
-        let detail = error.detail().unwrap_or_default();
-        let (index, what) = detail.split_once(' ')?;
-        let i = index.parse::<usize>().ok()?.checked_sub(base + 1)?;
-        // Errors raised inside a function carry the script's place: not
-        // the caller's business.
-        let what = what.split(" script: ").next().unwrap_or(what).trim();
-        named(i, what)
-    }
-
-    /// The script's answer for this decision, one decision per hit.
-    ///
-    /// Usually four little-endian doubles per hit: allowed, remaining,
-    /// retry_after (µs), reset_after (µs). A single sliding-log hit answers
-    /// its two common decisions with an integer instead (a reply table or
-    /// string costs Redis measurable CPU): `r >= 0` is allowed with `r`
-    /// remaining, retry 0 and reset one window + 1 µs away (decided at
-    /// `now`); `r < 0` is denied with nothing remaining, and
-    /// `-r = retry_after * 2^26 + reset_after` (both below 2^26 µs).
-    pub(crate) fn decisions(&self, reply: &redis::Value) -> Result<SmallVec<[Decision; 1]>> {
-        let bytes = match reply {
-            redis::Value::BulkString(bytes) => bytes,
-            &redis::Value::Int(r) => return self.compact_decision(r).map(|d| [d].into()),
-            other => {
-                return Err(Error::Store(format!(
-                    "the script answered an unexpected {other:?}"
-                )));
-            }
-        };
-        if bytes.len() != NUMBER * REPLY_NUMBERS * self.hits.len() {
-            return Err(Error::Store(format!(
-                "the script answered {} bytes for {} hits",
-                bytes.len(),
-                self.hits.len()
-            )));
-        }
-        self.parse_decisions(bytes)
-    }
-
-    /// The reply of a reservation: the decisions, and the wait (µs) when
-    /// it was granted.
-    pub(crate) fn reservation(
-        &self,
-        reply: &redis::Value,
-    ) -> Result<(SmallVec<[Decision; 1]>, Option<u64>)> {
-        let redis::Value::BulkString(bytes) = reply else {
-            return Err(Error::Store(format!(
-                "the script answered an unexpected {reply:?}"
-            )));
-        };
-        let decisions_len = NUMBER * REPLY_NUMBERS * self.hits.len();
-        if bytes.len() != decisions_len + NUMBER {
-            return Err(Error::Store(format!(
-                "the script answered {} bytes for a reservation of {} hits",
-                bytes.len(),
-                self.hits.len()
-            )));
-        }
-        let mut number = [0u8; NUMBER];
-        number.copy_from_slice(&bytes[decisions_len..]);
-        let wait = f64::from_le_bytes(number);
-        let wait = match wait {
-            -1.0 => None,
-            w if (0.0..9_007_199_254_740_992.0).contains(&w) && w.fract() == 0.0 => Some(w as u64),
-            w => return Err(Error::Store(format!("the script answered a wait of {w}"))),
-        };
-        Ok((self.parse_decisions(&bytes[..decisions_len])?, wait))
-    }
-
-    /// Four numbers per hit: allowed, remaining, retry_after, reset_after.
-    fn parse_decisions(&self, bytes: &[u8]) -> Result<SmallVec<[Decision; 1]>> {
-        bytes
-            .chunks_exact(NUMBER * REPLY_NUMBERS)
-            .zip(&self.hits)
-            .map(|(d, hit)| {
-                let field = |i: usize| {
-                    let mut number = [0u8; NUMBER];
-                    number.copy_from_slice(&d[NUMBER * i..NUMBER * (i + 1)]);
-                    let x = f64::from_le_bytes(number);
-                    // Exact integers below 2^53 only: anything else is a bug.
-                    if (0.0..9_007_199_254_740_992.0).contains(&x) && x.fract() == 0.0 {
-                        Ok(x as u64)
-                    } else {
-                        Err(Error::Store(format!("the script answered {x}")))
-                    }
-                };
-                Ok(Decision::from_parts(
-                    field(0)? == 1,
-                    hit.rule.limit(),
-                    field(1)?,
-                    field(2)?,
-                    field(3)?,
-                ))
-            })
-            .collect()
-    }
-
-    /// An integer reply: only for one sliding-log hit.
-    fn compact_decision(&self, r: i64) -> Result<Decision> {
-        let hit = match self.hits.as_slice() {
-            [hit] if hit.rule.algorithm() == Algorithm::SlidingLog => hit,
-            _ => {
-                return Err(Error::Store(format!(
-                    "the script answered {r} for {} hits",
-                    self.hits.len()
-                )));
-            }
-        };
-        let (limit, window) = (hit.rule.limit(), hit.rule.window_micros());
-        Ok(match u64::try_from(r) {
-            Ok(remaining) => Decision::from_parts(true, limit, remaining, 0, window + 1),
-            Err(_) => {
-                let times = r.unsigned_abs();
-                Decision::from_parts(
-                    false,
-                    limit,
-                    0,
-                    times >> COMPACT_SHIFT,
-                    times & ((1 << COMPACT_SHIFT) - 1),
-                )
-            }
-        })
-    }
-}
-
-/// Writes the length of what follows the 4 bytes at `at` into them.
-fn set_length(buf: &mut [u8], at: usize) {
+/// Appends a key to a part's buffer, written by `write` after its length
+/// (4 bytes little-endian), as [`Part`] reads it back.
+#[inline]
+pub(super) fn push_key(buf: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let at = buf.len();
+    buf.extend_from_slice(&[0; 4]);
+    write(buf);
     let length = u32::try_from(buf.len() - at - 4).unwrap_or(u32::MAX);
     buf[at..at + 4].copy_from_slice(&length.to_le_bytes());
 }
@@ -466,6 +133,17 @@ pub(crate) struct Part {
 }
 
 impl Part {
+    /// The part encoded in `buf`: `nkeys` keys (see [`push_key`]) up to
+    /// `keys_end`, then the numbers; its keys are in `slot`.
+    pub(super) fn new(buf: Vec<u8>, keys_end: usize, nkeys: usize, slot: u16) -> Part {
+        Part {
+            buf,
+            keys_end,
+            nkeys,
+            slot,
+        }
+    }
+
     /// How many KEYS it takes.
     pub(crate) fn nkeys(&self) -> usize {
         self.nkeys
@@ -536,7 +214,7 @@ pub(crate) fn coalesced_call<'p>(
     }
     let mut argv = cmd.writer_for_next_arg();
     let mut head = header(now, margin_ms);
-    head[2 * NUMBER..].copy_from_slice(&(-(COALESCED * STEP_SCALE + count as f64)).to_le_bytes());
+    head[2 * NUMBER..].copy_from_slice(&Mode::Coalesced.hit_count(count).to_le_bytes());
     let _ = argv.write_all(&head);
     for part in parts {
         let _ = argv.write_all(part.numbers());
@@ -554,18 +232,85 @@ fn header(now: Option<u64>, margin_ms: u64) -> [u8; 3 * NUMBER] {
     head
 }
 
-/// A hit's algorithm code with its rule's options: `code + 4 * report +
-/// 8 * lockout (µs)`, below 2^53 (a lockout is below 2^49 µs), so exact.
-fn options_code(rule: Rule) -> f64 {
-    let report = if rule.reports() { 4.0 } else { 0.0 };
-    f64::from(algorithm_code(rule.algorithm())) + report + 8.0 * rule.block_micros() as f64
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn algorithm_code(algorithm: Algorithm) -> u8 {
-    match algorithm {
-        Algorithm::SlidingLog => 0,
-        Algorithm::SlidingCounter => 1,
-        Algorithm::FixedWindow => 2,
-        Algorithm::Gcra => 3,
+    /// The code of a Lua text, its comments left out.
+    fn code(lua: &str) -> String {
+        lua.lines()
+            .map(|line| line.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn the_script_spells_its_codes_by_name_and_is_sent_with_their_numbers() {
+        let table = include_str!("codes.lua");
+        let names = lua_names(table);
+        assert!(names.len() >= 10, "{names:?}");
+        let source = code(SCRIPT_SOURCE);
+        // No number of the table is written out in the source, and no mode
+        // or code is compared, scaled or split with a literal.
+        for (_, number) in &names {
+            if number.len() > 1 {
+                assert!(!source.contains(number), "{number} outside codes.lua");
+            }
+        }
+        let literal_use = literal_codes(&source);
+        assert!(literal_use.is_empty(), "{literal_use:?}");
+        // Every name is used, and sent as its number: no name is left.
+        let sent = code(&SCRIPT_TEXT);
+        let words: Vec<&str> = sent
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .collect();
+        for (name, _) in &names {
+            // Named in code, or (the builders main.lua lists by code) in
+            // the comment that says where.
+            assert!(SCRIPT_SOURCE.contains(name), "{name} is never named");
+            assert!(!words.contains(name), "{name} is sent by name");
+        }
+        assert!(sent.contains("mode == 5"), "RESERVE is sent as 5");
+        assert!(sent.contains("reset_now < 67108864"), "COMPACT is sent");
+        // Comments keep the names.
+        assert_eq!(SCRIPT_TEXT.lines().count(), SCRIPT_SOURCE.lines().count());
+        assert!(SCRIPT_TEXT.contains("--   RESERVE: when"));
+    }
+
+    #[test]
+    fn only_whole_names_of_code_are_replaced() {
+        let table = "local ONE, TWO = 1, 2\nlocal BIG = 1048576\n";
+        assert_eq!(
+            inline_codes(
+                "if ONE == x_ONE or TWO_ then return BIG end -- ONE\n",
+                table
+            ),
+            "if 1 == x_ONE or TWO_ then return 1048576 end -- ONE\n"
+        );
+        assert_eq!(
+            inline_codes("x = 2ONE + ONE2 + (ONE)\n", table),
+            "x = 2ONE + ONE2 + (1)\n"
+        );
+    }
+
+    /// `mode` or `code` next to an operator and a digit (`mode == 5`,
+    /// `code % 4`): what a name of `codes.lua` must say instead.
+    fn literal_codes(code: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        for line in code.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            for three in words.windows(3) {
+                let subject = three[0].trim_start_matches('(');
+                let is_subject =
+                    subject == "mode" || subject == "code" || subject.ends_with("_mode");
+                let is_operator =
+                    ["==", "~=", "<", ">", "<=", ">=", "%", "/", "*"].contains(&three[1]);
+                let is_number = three[2].starts_with(|c: char| c.is_ascii_digit());
+                if is_subject && is_operator && is_number {
+                    found.push(line.trim().to_owned());
+                }
+            }
+        }
+        found
     }
 }

@@ -34,9 +34,11 @@ use redis::aio::ConnectionManager;
 use tokio::sync::watch;
 
 use super::coalesce::Lane;
-use super::describe;
+use super::errors::describe;
 use super::quorum::{Said, Votes, node_of};
-use super::topology::{Connect, NodeUrl};
+use super::topology::Connect;
+use super::url::{NodeUrl, SentinelUrl};
+use crate::decision::micros;
 use crate::error::{Error, Result};
 
 /// How old the master's address may get while calls are made.
@@ -46,120 +48,6 @@ const REFRESH_AFTER_FAILURE: Duration = Duration::from_millis(100);
 /// How long one sentinel is given to name the master, and the master to
 /// answer `ROLE`.
 const LOOKUP_TIMEOUT: Duration = Duration::from_millis(500);
-/// The port of a sentinel named without one.
-const SENTINEL_PORT: u16 = 26_379;
-
-/// A parsed `redis+sentinel://` (or `rediss+sentinel://`) URL.
-#[derive(Clone, Debug)]
-pub(crate) struct SentinelUrl {
-    /// The sentinels' `host:port`.
-    pub(crate) sentinels: Vec<String>,
-    /// How to reach a sentinel: the scheme and the sentinels' credentials.
-    pub(crate) sentinel_url: NodeUrl,
-    /// How to reach the master: the scheme, the URL's credentials and
-    /// database.
-    pub(crate) master_url: NodeUrl,
-    /// The name the sentinels monitor the master under.
-    pub(crate) name: String,
-}
-
-/// The URL's form, for error messages.
-const FORM: &str = "redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]\
-     [?sentinel_username=USER&sentinel_password=PASSWORD]";
-
-/// Parses a `redis+sentinel://` or `rediss+sentinel://` URL; `None` for
-/// any other URL.
-///
-/// The user and password of the URL are the master's (and its replicas');
-/// the sentinels' come from the query (`sentinel_username`,
-/// `sentinel_password`), and without them the sentinels are asked without
-/// `AUTH`. Both are percent-encoded as in a URL's user info. `rediss+`
-/// speaks TLS to the sentinels and to the master.
-pub(crate) fn parse(url: &str) -> Result<Option<SentinelUrl>> {
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+sentinel://") {
-        ("redis", rest)
-    } else if let Some(rest) = url.strip_prefix("rediss+sentinel://") {
-        ("rediss", rest)
-    } else {
-        return Ok(None);
-    };
-    let bad = |why: &str| Error::Config(format!("{why}: expected {FORM}"));
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (auth, rest) = match rest.rsplit_once('@') {
-        Some((auth, rest)) => (format!("{auth}@"), rest),
-        None => (String::new(), rest),
-    };
-    let (hosts, path) = rest
-        .split_once('/')
-        .ok_or_else(|| bad("the URL names no master"))?;
-    let (name, db) = match path.split_once('/') {
-        Some((name, db)) => (name, db.trim_end_matches('/')),
-        None => (path, ""),
-    };
-    if name.is_empty() || name.contains(|c: char| c.is_whitespace() || c.is_control()) {
-        return Err(bad("the URL names no master"));
-    }
-    let db = if db.is_empty() {
-        String::new()
-    } else if db.parse::<u16>().is_ok() {
-        format!("/{db}")
-    } else {
-        return Err(bad("the database must be a number"));
-    };
-    let mut sentinels = Vec::new();
-    for host in hosts.split(',').map(str::trim).filter(|h| !h.is_empty()) {
-        sentinels.push(sentinel_address(host).ok_or_else(|| bad("a sentinel is not HOST:PORT"))?);
-    }
-    if sentinels.is_empty() {
-        return Err(bad("the URL names no sentinel"));
-    }
-    let (mut user, mut password) = (None, None);
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("sentinel_username", value)) => user = Some(value),
-            Some(("sentinel_password", value)) => password = Some(value),
-            _ => {
-                let key = pair.split('=').next().unwrap_or_default();
-                return Err(bad(&format!(
-                    "unknown query parameter {key:?} (sentinel_username and sentinel_password are known)"
-                )));
-            }
-        }
-    }
-    let sentinel_auth = match (user, password) {
-        (None, None) => String::new(),
-        (user, Some(password)) => format!("{}:{password}@", user.unwrap_or_default()),
-        (Some(user), None) => format!("{user}@"),
-    };
-    Ok(Some(SentinelUrl {
-        sentinels,
-        sentinel_url: NodeUrl {
-            scheme,
-            auth: sentinel_auth,
-            path: String::new(),
-        },
-        master_url: NodeUrl {
-            scheme,
-            auth,
-            path: db,
-        },
-        name: name.to_owned(),
-    }))
-}
-
-/// `host:port` of a sentinel (the default port when none is given), or
-/// `None` when the port is not a number.
-fn sentinel_address(host: &str) -> Option<String> {
-    let bracketed = host.starts_with('[');
-    match host.rsplit_once(':') {
-        Some((name, port)) if !bracketed || name.ends_with(']') => {
-            let port: u16 = port.parse().ok()?;
-            (!name.is_empty()).then(|| format!("{name}:{port}"))
-        }
-        _ => Some(format!("{host}:{SENTINEL_PORT}")),
-    }
-}
-
 /// The master in use: its address (`host:port`, the name of its circuit
 /// breaker) and its lane.
 pub(crate) struct Master {
@@ -528,61 +416,5 @@ impl Drop for Lookup {
             .looked_us
             .store(micros(sentinel.origin.elapsed()).max(1), Ordering::Release);
         sentinel.looking.store(false, Ordering::Release);
-    }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parsed(url: &str) -> SentinelUrl {
-        parse(url).expect("a valid URL").expect("a sentinel URL")
-    }
-
-    #[test]
-    fn the_url_names_sentinels_master_credentials_and_database() {
-        let url = parsed(
-            "redis+sentinel://app:s3cret@10.0.0.1:26379,10.0.0.2,[::1]:5000/mymaster/2?sentinel_password=p",
-        );
-        assert_eq!(
-            url.sentinels,
-            ["10.0.0.1:26379", "10.0.0.2:26379", "[::1]:5000"]
-        );
-        assert_eq!(url.name, "mymaster");
-        assert_eq!(
-            url.master_url.of("10.0.0.9:6379"),
-            "redis://app:s3cret@10.0.0.9:6379/2"
-        );
-        assert_eq!(
-            url.sentinel_url.of("10.0.0.1:26379"),
-            "redis://:p@10.0.0.1:26379"
-        );
-        let tls = parsed("rediss+sentinel://h:1/m?sentinel_username=u&sentinel_password=p");
-        assert_eq!(tls.master_url.of("x:1"), "rediss://x:1");
-        assert_eq!(tls.sentinel_url.of("h:1"), "rediss://u:p@h:1");
-        assert!(matches!(parse("redis://h:6379"), Ok(None)));
-    }
-
-    #[test]
-    fn a_url_without_master_or_sentinel_is_a_config_error() {
-        for bad in [
-            "redis+sentinel://h:26379",
-            "redis+sentinel://h:26379/",
-            "redis+sentinel:///mymaster",
-            "redis+sentinel://h:port/mymaster",
-            "redis+sentinel://h:1/mymaster/db",
-            "redis+sentinel://h:1/mymaster?password=x",
-        ] {
-            match parse(bad) {
-                Err(Error::Config(message)) => {
-                    assert!(message.contains("redis+sentinel://"), "{message}")
-                }
-                other => panic!("{bad}: {other:?}"),
-            }
-        }
     }
 }

@@ -21,8 +21,9 @@
 --
 -- The two common answers are integers (cheaper for Redis than a string):
 -- r >= 0 is allowed, r remaining, retry 0 and reset W + 1 µs away (decided
--- at now); r < 0 is denied, nothing remaining, -r = retry * 2^26 + reset
--- (both below 2^26 µs). Any other answer is the usual four doubles.
+-- at now); r < 0 is denied, nothing remaining, -r = retry * COMPACT +
+-- reset (both below COMPACT µs, see codes.lua). Any other answer is the
+-- usual four doubles.
 
 local key = KEYS[index]
 -- The header and up to 64 bytes of records before it: all of a small log.
@@ -128,8 +129,8 @@ if usage + need > L then
   -- nT + need - L have expired: the oldest when every record costs 1.
   if T1 >= nT + need - L then
     local retry = o1 + W + 1 - now
-    if usage >= L and reset_now < 67108864 then
-      reply = -(retry * 67108864 + reset_now)
+    if usage >= L and reset_now < COMPACT then
+      reply = -(retry * COMPACT + reset_now)
     else
       -- Usage may pass L: reservations ahead of now count too.
       reply = bpack('<dddd', 0, math.max(L - usage, 0), retry, reset_now)

@@ -27,39 +27,16 @@ use parking_lot::{Mutex, RwLock};
 use redis::aio::ConnectionManager;
 
 use super::coalesce::Lane;
+use super::url::NodeUrl;
+use crate::decision::micros;
 use crate::error::Result;
-use crate::store::slot_key;
 
-/// Slots in a Redis Cluster.
-const SLOTS: u16 = 16_384;
 /// How old the map may get while calls are made.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// How soon after the last fetch a failure may fetch again.
 const REFRESH_AFTER_FAILURE: Duration = Duration::from_millis(100);
 /// How long one node is given to answer `CLUSTER SLOTS`.
 const FETCH_TIMEOUT: Duration = Duration::from_millis(500);
-
-/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hash tag, or of
-/// the whole key, modulo 16384. A Redis key named by `keys.rs` has the
-/// slot of the caller's key.
-pub(crate) fn slot_of(key: &str) -> u16 {
-    crc16::State::<crc16::XMODEM>::calculate(slot_key(key).as_bytes()) % SLOTS
-}
-
-/// A node's URL: the cluster URL's scheme, credentials and path around the
-/// node's `host:port`.
-#[derive(Clone, Debug)]
-pub(crate) struct NodeUrl {
-    pub(crate) scheme: &'static str,
-    pub(crate) auth: String,
-    pub(crate) path: String,
-}
-
-impl NodeUrl {
-    pub(crate) fn of(&self, node: &str) -> String {
-        format!("{}://{}{node}{}", self.scheme, self.auth, self.path)
-    }
-}
 
 /// Slot ranges `(first, last, master)`, sorted by `first`.
 type Ranges = Vec<(u16, u16, Arc<str>)>;
@@ -297,22 +274,10 @@ fn parse_slots(reply: &redis::Value, asked: &str) -> Option<Ranges> {
     Some(ranges)
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::error::Error;
-
-    #[test]
-    fn slots_are_those_of_redis_cluster() {
-        // From the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(slot_of("123456789"), 12_739);
-        assert_eq!(slot_of("user:{42}:login"), slot_of("42"));
-        assert_eq!(slot_of("foo"), 12_182);
-    }
 
     #[test]
     fn the_map_names_the_master_of_each_slot() {

@@ -17,6 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::decision::micros;
+
 /// What a permit lets its holder do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -238,10 +240,6 @@ impl Drop for Permit {
             self.breaker.abandon(self.kind);
         }
     }
-}
-
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]

@@ -3,12 +3,20 @@
 //! the test's manual clock, reached through a "network" that moves the
 //! clock), and resets racing the calls in flight.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
 use super::*;
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock};
+use crate::decision::Decision;
+use crate::error::Result;
+use crate::rate::Rule;
+use crate::store::contract::Store;
+use crate::store::hit::Hit;
+use crate::store::memory::MemoryStore;
 
 /// A memory store reached through a network: a call moves the shared
 /// clock by `there` before the store decides and by `back` after; a held

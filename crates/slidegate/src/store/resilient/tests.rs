@@ -1,8 +1,15 @@
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::decision::Decision;
+use crate::error::{Error, Result};
+use crate::rate::Rule;
+use crate::store::contract::Store;
+use crate::store::hit::Hit;
+use crate::store::memory::MemoryStore;
 
 const OK: u8 = 0;
 const FAIL: u8 = 1;

@@ -1,0 +1,128 @@
+use super::*;
+
+fn rate(s: &str) -> Rate {
+    s.parse().unwrap()
+}
+
+#[test]
+fn parses_the_documented_forms() {
+    assert_eq!(
+        rate("100/1m"),
+        Rate::new(100, Duration::from_secs(60)).unwrap()
+    );
+    assert_eq!(rate("10/s"), Rate::new(10, Duration::from_secs(1)).unwrap());
+    assert_eq!(
+        rate("5000/1h"),
+        Rate::new(5000, Duration::from_secs(3600)).unwrap()
+    );
+    assert_eq!(
+        rate("3/250ms"),
+        Rate::new(3, Duration::from_millis(250)).unwrap()
+    );
+    assert_eq!(
+        rate("1000/1d"),
+        Rate::new(1000, Duration::from_secs(86_400)).unwrap()
+    );
+    assert_eq!(rate("100/minute"), rate("100/1m"));
+    assert_eq!(rate("100/2 minutes"), rate("100/120s"));
+    assert_eq!(rate(" 7 / 90s "), rate("7/90s"));
+}
+
+#[test]
+fn display_round_trips_and_is_shortest() {
+    for s in [
+        "100/1m", "10/1s", "3/250ms", "1000/1d", "7/90s", "5/1500us", "1/36h",
+    ] {
+        assert_eq!(rate(s).to_string(), s);
+        assert_eq!(rate(&rate(s).to_string()), rate(s));
+    }
+    assert_eq!(rate("10/s").to_string(), "10/1s");
+    assert_eq!(rate("1/60s").to_string(), "1/1m");
+}
+
+#[test]
+fn rejects_zero_limit_zero_window_garbage_and_overflow() {
+    for bad in [
+        "0/1s",
+        "10/0s",
+        "10/0ms",
+        "abc",
+        "10",
+        "/1s",
+        "10/",
+        "10/1x",
+        "-1/1s",
+        "1.5/1s",
+        "10/1.5s",
+        "99999999999999999999999/1s",
+        "10/99999999999999999999d",
+        "10/99999999999999d",
+        "10/500us",
+        "1000000000001/1s",
+    ] {
+        let err = bad.parse::<Rate>().unwrap_err();
+        assert!(matches!(err, Error::InvalidRate { .. }), "{bad}: {err:?}");
+    }
+}
+
+#[test]
+fn new_checks_bounds_with_typed_errors() {
+    assert!(matches!(
+        Rate::new(0, Duration::from_secs(1)),
+        Err(Error::InvalidLimit { got: 0, .. })
+    ));
+    assert!(matches!(
+        Rate::new(1, Duration::from_micros(999)),
+        Err(Error::InvalidWindow { .. })
+    ));
+    assert!(Rate::new(Rate::MAX_LIMIT, Rate::MAX_WINDOW).is_ok());
+}
+
+#[test]
+fn rule_display_names_non_default_algorithms() {
+    let rule = Rule::parse("10/s").unwrap();
+    assert_eq!(rule.to_string(), "10/1s");
+    assert_eq!(
+        rule.with_algorithm(Algorithm::Gcra).to_string(),
+        "10/1s gcra"
+    );
+}
+
+#[test]
+fn options_leave_the_state_alone_and_are_bounded() {
+    let rule = Rule::parse("5/15m").unwrap();
+    let login = rule.block_for(Duration::from_secs(3600)).unwrap();
+    assert_eq!(login.block(), Some(Duration::from_secs(3600)));
+    assert!(!login.reports());
+    assert_ne!(login, rule);
+    assert!(login.same_state(&rule));
+    assert_eq!(login.without_options(), rule);
+    let both = login.reporting();
+    assert!(both.reports() && both.block().is_some());
+    assert_eq!(both.to_string(), "5/15m report block_for 1h");
+    assert_eq!(
+        both.block_for(Duration::ZERO).unwrap(),
+        rule.reporting(),
+        "a zero block takes the lockout away"
+    );
+    assert!(matches!(
+        rule.block_for(Duration::from_micros(999)),
+        Err(Error::InvalidBlock { .. })
+    ));
+    assert!(rule.block_for(Rate::MAX_WINDOW).is_ok());
+    assert!(matches!(
+        rule.block_for(Rate::MAX_WINDOW + Duration::from_secs(1)),
+        Err(Error::InvalidBlock { .. })
+    ));
+}
+
+#[test]
+fn algorithm_names_round_trip() {
+    for a in Algorithm::ALL {
+        assert_eq!(a.name().parse::<Algorithm>().unwrap(), a);
+    }
+    assert!(matches!(
+        "leaky".parse::<Algorithm>(),
+        Err(Error::UnknownAlgorithm(_))
+    ));
+}

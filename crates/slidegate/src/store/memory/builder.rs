@@ -1,0 +1,172 @@
+//! Configuring a memory store: its bounds, shards, sweeping and clock.
+
+use std::hash::Hash;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::bounds::Bounds;
+use super::inner::Inner;
+use super::map::Map;
+use super::store::MemoryStore;
+use super::sweep::spawn_sweeper;
+use crate::clock::{Clock, MonotonicClock};
+
+/// Configures a [`MemoryStore`].
+#[derive(Debug, Clone)]
+pub struct MemoryStoreBuilder<C = MonotonicClock> {
+    clock: C,
+    max_keys: usize,
+    max_bytes: usize,
+    max_rules_per_key: usize,
+    sweep_interval: Option<Duration>,
+    shards: usize,
+}
+
+impl MemoryStore<String, MonotonicClock> {
+    /// A store with `String` keys and the default settings.
+    pub fn new() -> Self {
+        MemoryStore::builder().build()
+    }
+
+    /// A builder for other settings, key types or clocks.
+    pub fn builder() -> MemoryStoreBuilder<MonotonicClock> {
+        MemoryStoreBuilder {
+            clock: MonotonicClock::new(),
+            max_keys: 1_000_000,
+            max_bytes: DEFAULT_MAX_BYTES,
+            max_rules_per_key: DEFAULT_MAX_RULES_PER_KEY,
+            sweep_interval: Some(Duration::from_secs(1)),
+            shards: 128,
+        }
+    }
+}
+
+/// The default of [`MemoryStoreBuilder::max_bytes`]: 1 GiB.
+pub const DEFAULT_MAX_BYTES: usize = 1 << 30;
+
+/// The default of [`MemoryStoreBuilder::max_rules_per_key`]: 16.
+pub const DEFAULT_MAX_RULES_PER_KEY: usize = 16;
+
+/// The most [`MemoryStoreBuilder::max_rules_per_key`] accepts: a key's
+/// rules are found by a scan, which this keeps short.
+pub const MAX_RULES_PER_KEY: usize = 256;
+
+impl Default for MemoryStore<String, MonotonicClock> {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl<C: Clock> MemoryStoreBuilder<C> {
+    /// The clock (a [`ManualClock`](crate::clock::ManualClock) in tests).
+    pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
+        MemoryStoreBuilder {
+            clock,
+            max_keys: self.max_keys,
+            max_bytes: self.max_bytes,
+            max_rules_per_key: self.max_rules_per_key,
+            sweep_interval: self.sweep_interval,
+            shards: self.shards,
+        }
+    }
+
+    /// The most keys held at once (default 1,000,000).
+    ///
+    /// When a new key arrives and the store is full, the store first sweeps
+    /// idle keys (at most once per tenth of the sweep interval, so a flood
+    /// of new keys does not turn into a flood of sweeps). If it is still
+    /// full, the new key's request fails with [`Error::StoreFull`](crate::Error::StoreFull)
+    /// ([`StoreBound::Keys`](crate::StoreBound::Keys)): the
+    /// state of live keys is never dropped to make room, since that would
+    /// let their clients past their limits. Requests for keys already held
+    /// are decided as usual. The server turns `StoreFull` into its failure
+    /// policy (deny, allow or local); the middleware denies.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// The most bytes held at once (default [`DEFAULT_MAX_BYTES`], 1 GiB).
+    ///
+    /// Counted: per key its map entry (the key and its slot, padded to a
+    /// 64-byte cache line, and the table's control byte), the key's own
+    /// bytes (the text of a string key), and the heap of its states
+    /// (sliding-log rings and buffers by capacity, the box of a key with
+    /// several rules). Not counted: the hash table's spare room (up to as
+    /// much again as the entries, right after it grows), the rules each
+    /// shard's slots refer to (at most 128 of 24 bytes per shard) and the
+    /// allocator's own overhead, so the process' memory can exceed the
+    /// bound by a margin; what callers control (how many keys, rules, and
+    /// admissions inside a window) cannot grow past it.
+    ///
+    /// A request that would need more (a new key, a new rule on a key, a
+    /// sliding log that must grow to record an admission) first makes the
+    /// store sweep idle keys, as [`max_keys`](Self::max_keys) does; if
+    /// that frees nothing, it fails with [`Error::StoreFull`](crate::Error::StoreFull)
+    /// ([`StoreBound::Bytes`](crate::StoreBound::Bytes)) and records
+    /// nothing. Denials, probes and admissions that fit the buffers held
+    /// never need more. A log grows by doubling, so a key under a huge
+    /// limit and a long window stops growing when its next doubling does
+    /// not fit; it is then served as long as admissions fit its buffer
+    /// (same microsecond, or entries that expired).
+    pub fn max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The most rules one key holds at once (default
+    /// [`DEFAULT_MAX_RULES_PER_KEY`], 16; at most [`MAX_RULES_PER_KEY`]).
+    ///
+    /// A key keeps one state per rule it is used with; without a bound, a
+    /// caller choosing its own rules (an API taking a limit and a window)
+    /// could pile up states on one key and make every lookup on it slower.
+    /// A new rule on a key that holds this many takes the place of an idle
+    /// one (equivalent to a fresh state, so no answer changes); when none
+    /// is idle the request fails with [`Error::TooManyRules`](crate::Error::TooManyRules), which is bad
+    /// input (not a store failure: no failure policy turns it into an
+    /// admission). A key's rules are found by a scan of at most this many.
+    pub fn max_rules_per_key(mut self, max_rules: usize) -> Self {
+        self.max_rules_per_key = max_rules.clamp(1, MAX_RULES_PER_KEY);
+        self
+    }
+
+    /// How often a background thread drops idle keys (default 1 s).
+    /// `None` turns it off: call [`MemoryStore::sweep`] yourself.
+    pub fn sweep_interval(mut self, interval: Option<Duration>) -> Self {
+        self.sweep_interval = interval;
+        self
+    }
+
+    /// The number of map shards, rounded up to a power of two (default 128).
+    /// More shards make each sweep step lock less, and two threads less
+    /// likely to want the same lock.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.clamp(2, 1 << 16).next_power_of_two();
+        self
+    }
+
+    /// Builds the store. Keys can be any `Hash + Eq` type.
+    pub fn build<K>(self) -> MemoryStore<K, C>
+    where
+        K: Hash + Eq + Send + Sync + 'static,
+    {
+        let gap = self
+            .sweep_interval
+            .unwrap_or(Duration::from_secs(1))
+            .as_micros()
+            / 10;
+        let inner = Arc::new(Inner {
+            map: Map::new(self.shards),
+            clock: self.clock,
+            bounds: Bounds::new(self.max_keys, self.max_bytes, self.max_rules_per_key),
+            next_forced_sweep: AtomicU64::new(0),
+            forced_sweep_gap: u64::try_from(gap).unwrap_or(u64::MAX),
+            sweeper: OnceLock::new(),
+        });
+        if let Some(interval) = self.sweep_interval {
+            spawn_sweeper(&inner, interval);
+        }
+        MemoryStore { inner }
+    }
+}
