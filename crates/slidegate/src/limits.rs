@@ -205,6 +205,13 @@ impl LimitTable {
     }
 }
 
+impl<S> From<&LimitRegistry<S>> for LimitTable {
+    /// The registry's table (shared, not copied).
+    fn from(registry: &LimitRegistry<S>) -> LimitTable {
+        registry.table.clone()
+    }
+}
+
 /// Decides keys under the rules set for them at run time, through any
 /// [`Store`] (see the [module documentation](self)). Cheap to clone:
 /// clones share the table and the store's handle.
