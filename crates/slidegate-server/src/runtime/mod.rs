@@ -355,7 +355,25 @@ impl RuntimeLimits {
             .await
     }
 
+    /// Makes one write in a task of its own: a caller that goes away (a
+    /// client that hangs up, a request timeout) never leaves it half done
+    /// (the file written but the change not in force here).
     async fn write(
+        &self,
+        kind: LimitKind,
+        name: &str,
+        text: Option<String>,
+        if_match: Option<u64>,
+        who: &str,
+    ) -> Result<u64, RuntimeError> {
+        let this = self.clone();
+        let (name, who) = (name.to_owned(), who.to_owned());
+        tokio::spawn(async move { this.write_now(kind, &name, text, if_match, &who).await })
+            .await
+            .map_err(|e| RuntimeError::Unavailable(format!("the write did not end: {e}")))?
+    }
+
+    async fn write_now(
         &self,
         kind: LimitKind,
         name: &str,

@@ -38,30 +38,41 @@ fn answer(key: &str, rules: &[Rule], version: u64) -> Response {
 }
 
 /// `PUT /v1/keys/{key}/limit`.
-pub(super) async fn put<S: Store>(
+pub(super) async fn put<S: Store + 'static>(
     writer: Writer,
     State(state): State<AppState<S>>,
     key: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let runtime = runtime_of(&state)?;
+    let runtime = runtime_of(&state)?.clone();
     let key = key_of(key)?;
     let expected = if_match(&headers)?;
     let body = LimitBody::read(request, runtime.bounds().max_body_bytes, &["json"]).await?;
     let rules = parse_limit(body.text.as_bytes(), &state.bounds)?;
-    let before = runtime.key(&key);
-    let version = runtime
-        .put_key(&key, &rules, expected, &writer.who)
-        .await
-        .map_err(|e| refused(e, "the key"))?;
-    if let Some(before) = before
-        && let Err(error) = state.limiter.carry_over(&key, before.rules(), &rules).await
-    {
-        // The limit is changed; what the key used may count afresh.
-        tracing::warn!(%key, %error, "what the key used under its old limit could not be carried over");
-    }
-    Ok(answer(&key, &rules, version))
+    // The change and the carry-over of what was used, in a task of their
+    // own: a client that hangs up between them would otherwise leave the
+    // key a fresh quota under its new limit.
+    let change = tokio::spawn(async move {
+        let before = runtime.key(&key);
+        let version = runtime
+            .put_key(&key, &rules, expected, &writer.who)
+            .await
+            .map_err(|e| refused(e, "the key"))?;
+        if let Some(before) = before
+            && let Err(error) = state.limiter.carry_over(&key, before.rules(), &rules).await
+        {
+            // The limit is changed; what the key used may count afresh.
+            tracing::warn!(%key, %error, "what the key used under its old limit could not be carried over");
+        }
+        Ok::<_, ApiError>(answer(&key, &rules, version))
+    });
+    change.await.map_err(|e| {
+        ApiError::new(
+            ErrorCode::StoreUnavailable,
+            format!("the change did not end: {e}"),
+        )
+    })?
 }
 
 /// `GET /v1/keys/{key}/limit`.
