@@ -9,6 +9,11 @@
 #
 # Environment: REQUESTS_SECONDS (default 10), KEYS (default 10000),
 # CONNECTIONS (default 8), CASES (default "should-rate-limit acquire"),
+# RUNTIME=1 (B's rules come from the runtime limits API instead: the
+# domain `bench` PUT to /v1/config/domains/bench, and for `acquire` a limit
+# PUT to /v1/keys/bench:N/limit for each of the KEYS keys, B's load then
+# sending the key alone; give A and B the same binary to compare a
+# runtime rule with the same rule from a file or a request),
 # STORE (`memory`, the default, or `redis`: a redis-server of the
 # script's own, emptied before each server starts; its own instructions
 # are not counted, only the server's).
@@ -40,6 +45,8 @@ descriptors:
       unit: second
       requests_per_unit: 100
 YAML
+RUNTIME=${RUNTIME:-}
+TOKEN=bench-instructions-token
 
 # free_port, wait_port, cpu_ticks.
 # shellcheck source=scripts/lib/ports.sh
@@ -76,22 +83,46 @@ for case in $CASES; do
     out="$WORK/callgrind.$side.$case"
     # Every server starts from an empty store.
     [ -n "$REDIS_PID" ] && redis-cli -p "$REDIS_PORT" FLUSHALL >/dev/null
+    rules=(--config "$WORK/bench.yaml")
+    op=$case
+    runtime=
+    [ "$side" = B ] && [ -n "$RUNTIME" ] && runtime=1
+    [ -n "$runtime" ] && rules=(--admin-token "$TOKEN")
     valgrind --tool=callgrind --callgrind-out-file="$out" \
-      "$binary" serve --store "$STORE_URL" --config "$WORK/bench.yaml" \
+      "$binary" serve --store "$STORE_URL" "${rules[@]}" \
       --http-addr "127.0.0.1:$http" --grpc-addr "127.0.0.1:$grpc" >"$WORK/serve.log" 2>&1 &
     PID=$!
     # Under valgrind a server takes a while to listen.
     wait_port "$http" 60
     wait_port "$grpc" 60
+    if [ -n "$runtime" ]; then
+      put() {
+        curl -sf -X PUT "http://127.0.0.1:$http$1" -H "authorization: Bearer $TOKEN" \
+          -H "content-type: $2" --data-binary "$3" >/dev/null
+      }
+      case $case in
+        acquire)
+          op=acquire-key
+          # One curl for every key (one connection), not one process each.
+          for ((i = 0; i < KEYS; i++)); do
+            echo "url = \"http://127.0.0.1:$http/v1/keys/bench:$i/limit\""
+            echo 'output = "/dev/null"'
+          done >"$WORK/limits.curl"
+          curl -sf -X PUT -H "authorization: Bearer $TOKEN" -H "content-type: application/json" \
+            --data-binary '{"rules":[{"limit":100,"window_ms":1000}]}' -K "$WORK/limits.curl"
+          ;;
+        *) put /v1/config/domains/bench application/yaml "$(cat "$WORK/bench.yaml")" ;;
+      esac
+    fi
     case $case in
       acquire | healthz) target=http://127.0.0.1:$http ;;
       *) target=grpc://127.0.0.1:$grpc ;;
     esac
     # A short warm-up, then count from zero.
-    "$B" bench --target "$target" --op "$case" --keys "$KEYS" --concurrency "$CONNECTIONS" \
+    "$B" bench --target "$target" --op "$op" --keys "$KEYS" --concurrency "$CONNECTIONS" \
       --duration 2s --json >/dev/null
     callgrind_control -z "$PID" >/dev/null 2>&1
-    json=$("$B" bench --target "$target" --op "$case" --keys "$KEYS" \
+    json=$("$B" bench --target "$target" --op "$op" --keys "$KEYS" \
       --concurrency "$CONNECTIONS" --duration "${SECONDS_PER_RUN}s" --json)
     callgrind_control -d "$PID" >/dev/null 2>&1
     requests=$(echo "$json" | sed -n 's/.*"requests":\([0-9]*\).*/\1/p')

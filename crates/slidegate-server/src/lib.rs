@@ -14,6 +14,8 @@
 //!   limiter, nothing else.
 //! - [`net`]: the listeners, connection caps and deadlines, serving
 //!   HTTP/1.1 and gRPC connections.
+//! - [`runtime`]: the limits set at run time through the admin API, kept
+//!   in Redis or a file, and put in force.
 //! - [`store`]: the store the binary decides with (`--store`).
 //! - [`telemetry`]: metrics, the status page's statistics, OTLP export,
 //!   logs; it implements the limiter's [`Sink`](limiter::Sink).
@@ -34,6 +36,7 @@ pub mod keys;
 pub mod limiter;
 pub mod net;
 pub mod rules;
+pub mod runtime;
 pub mod spans;
 pub mod store;
 pub mod telemetry;

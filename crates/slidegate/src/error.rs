@@ -87,6 +87,13 @@ pub enum Error {
         /// The most rules a key holds at once.
         max: usize,
     },
+    /// A [`LimitTable`](crate::limits::LimitTable) already holds the rules
+    /// of `max` keys: a new key is refused until one is removed.
+    #[error("limits are set for {max} keys, the most the table holds; remove one first")]
+    TooManyKeys {
+        /// The most keys the table holds.
+        max: usize,
+    },
     /// An atomic decision over keys that live in different Redis Cluster
     /// slots, by a store that cannot make one. The Redis store of this
     /// crate decides such batches slot by slot with compensation instead.

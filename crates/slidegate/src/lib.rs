@@ -55,7 +55,8 @@
 //!    (its local fallback is a memory store); `RedisStore` sends the same
 //!    algorithms, written in Lua, to Redis (its calls go through the
 //!    resilient store's per-node breakers).
-//! 5. **HTTP on top**: `headers` formats a decision, `middleware`
+//! 5. **On top**: [`limits`] decides keys under rules set at run time,
+//!    through any `Store`; `headers` formats a decision, `middleware`
 //!    decides requests through any `Store`; nothing below knows of them.
 //!
 //! A new algorithm goes in layer 2 (and in the Redis script), a new store
@@ -71,6 +72,7 @@ pub mod decision;
 pub mod error;
 #[cfg(feature = "http")]
 pub mod headers;
+pub mod limits;
 #[cfg(feature = "tower")]
 pub mod middleware;
 pub mod rate;

@@ -143,6 +143,7 @@ mod layer;
 mod policies;
 mod proxy;
 mod response;
+mod runtime_rules;
 mod service;
 
 pub use body::{RejectionBody, ResponseBody};

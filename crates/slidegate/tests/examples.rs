@@ -14,6 +14,10 @@ mod tonic_service;
 #[allow(dead_code)]
 mod axum_redis;
 
+#[path = "../examples/tenant_quotas.rs"]
+#[allow(dead_code)]
+mod tenant_quotas;
+
 // The Redis example includes the login example: one copy of it.
 use axum_redis::axum_login;
 
@@ -319,4 +323,53 @@ async fn axum_redis_instances_never_admit_more_than_100_a_second_on_the_route() 
         fullest, 100,
         "the fullest window [t, t + 1 s] holds the limit, never more"
     );
+}
+
+fn as_tenant(tenant: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get("/")
+        .header("x-tenant", tenant)
+        .body(Full::new(Bytes::new()))
+        .expect("request")
+}
+
+/// How many of `n` requests of `tenant` pass.
+async fn passed(addr: SocketAddr, tenant: &str, n: usize) -> usize {
+    let mut passed = 0;
+    for _ in 0..n {
+        let reply = send(addr, as_tenant(tenant)).await;
+        match reply.status {
+            StatusCode::OK => passed += 1,
+            StatusCode::TOO_MANY_REQUESTS => {}
+            other => panic!("{other}: {reply:?}"),
+        }
+    }
+    passed
+}
+
+#[tokio::test]
+async fn tenant_quotas_apply_per_tenant_and_change_at_run_time() {
+    let registry = slidegate::limits::LimitRegistry::new(slidegate::MemoryStore::new());
+    registry
+        .set("x-tenant=acme", vec![Rule::parse("5/1m").expect("rule")])
+        .await
+        .expect("set");
+    let addr = support::serve(tenant_quotas::app(&registry).expect("app")).await;
+    assert_eq!(passed(addr, "acme", 8).await, 5, "acme's own quota");
+    assert_eq!(
+        passed(addr, "other", 4).await,
+        2,
+        "the default for the rest"
+    );
+    let reply = send(addr, as_tenant("acme")).await;
+    assert_eq!(reply.list("ratelimit-policy"), r#""default";q=5;w=60"#);
+    // Raised while serving: the next request sees it, and what was used
+    // still counts (5 of 7).
+    registry
+        .set("x-tenant=acme", vec![Rule::parse("7/1m").expect("rule")])
+        .await
+        .expect("raise");
+    assert_eq!(passed(addr, "acme", 4).await, 2);
+    // Removed: acme is back to the default, which it has not used.
+    registry.remove("x-tenant=acme");
+    assert_eq!(passed(addr, "acme", 4).await, 2);
 }

@@ -19,7 +19,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub target: Option<String>,
     /// What to call on the target. HTTP: `acquire` (POST /v1/acquire, the
-    /// default), `check` (POST /v1/check, domain `bench`, descriptor
+    /// default), `acquire-key` (POST /v1/acquire with the key alone, for
+    /// keys whose limit is set at run time), `check` (POST /v1/check, domain `bench`, descriptor
     /// `key=<key>`), `healthz` (GET /healthz). gRPC: `should-rate-limit` (the
     /// default, domain `bench`) or `health` (grpc.health.v1 Check).
     #[arg(long)]

@@ -72,7 +72,7 @@ pub enum Command {
     /// Stops gracefully on SIGTERM or Ctrl-C: it stops accepting
     /// connections, answers the requests in flight (for at most
     /// --shutdown-grace), closes what is left, then exits 0.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Take one decision and print it as JSON (the body of `POST /v1/acquire`).
     ///
     /// Exits 0 whether the request is allowed or denied (read `allowed`),
@@ -133,7 +133,7 @@ impl Cli {
         Invocation {
             log_format: self.log_format.into(),
             command: match self.command {
-                Command::Serve(args) => Run::Serve(Box::new(args.into())),
+                Command::Serve(args) => Run::Serve(Box::new((*args).into())),
                 Command::Check(args) => Run::Check(args.into()),
                 Command::Bench(args) => Run::Bench(args.into()),
                 Command::ValidateConfig(args) => Run::ValidateConfig(ValidateOptions {

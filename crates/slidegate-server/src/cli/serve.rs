@@ -13,6 +13,10 @@ use crate::bounds::RequestBounds;
 use crate::commands::serve::{self, ServeLimits, ServeOptions};
 use crate::net::http1::DEFAULT_SHUTDOWN_GRACE;
 use crate::net::limits::{self, ConnectionLimits, GrpcLimits};
+use crate::runtime::{
+    DEFAULT_MAX_RUNTIME_BODY_BYTES, DEFAULT_MAX_RUNTIME_DOMAINS, DEFAULT_MAX_RUNTIME_KEYS,
+    RuntimeBounds,
+};
 
 /// Flags of `slidegate serve`.
 #[derive(Debug, Args)]
@@ -71,9 +75,9 @@ pub struct ServeArgs {
     #[arg(long, env = "SLIDEGATE_ALLOW_EMPTY_CONFIG")]
     pub allow_empty_config: bool,
 
-    /// Enables `DELETE /v1/keys/{key}` for requests carrying
-    /// `Authorization: Bearer TOKEN`, and requires the token for
-    /// `GET /v1/keys/{key}` too. Without it `DELETE` is refused and `GET`
+    /// Enables `DELETE /v1/keys/{key}` and the writes of the runtime
+    /// limits API for requests carrying `Authorization: Bearer TOKEN`, and
+    /// requires the token for `GET /v1/keys/{key}` and the API's reads too. Without it `DELETE` is refused and `GET`
     /// is open. A flag is visible to every user of the machine (`ps`):
     /// prefer --admin-token-file.
     #[arg(
@@ -115,6 +119,28 @@ pub struct ServeArgs {
         default_value_t = DEFAULT_MAX_WAITING
     )]
     pub max_waiting: usize,
+
+    /// With the memory store, keeps the limits set at run time (`PUT
+    /// /v1/config/domains/{domain}`, `PUT /v1/keys/{key}/limit`) in this
+    /// file, written atomically on every change and read at start; without
+    /// it they live in memory only. With Redis they live in Redis.
+    #[arg(long, value_name = "PATH", env = "SLIDEGATE_RUNTIME_LIMITS_FILE")]
+    pub runtime_limits_file: Option<PathBuf>,
+
+    /// The most keys with a limit set at run time; one more is refused
+    /// 409 `too_many_runtime_keys`.
+    #[arg(long, value_name = "N", env = "SLIDEGATE_MAX_RUNTIME_KEYS", default_value_t = DEFAULT_MAX_RUNTIME_KEYS)]
+    pub max_runtime_keys: usize,
+
+    /// The most domains set at run time; one more is refused 409
+    /// `too_many_runtime_domains`.
+    #[arg(long, value_name = "N", env = "SLIDEGATE_MAX_RUNTIME_DOMAINS", default_value_t = DEFAULT_MAX_RUNTIME_DOMAINS)]
+    pub max_runtime_domains: usize,
+
+    /// The largest body of a runtime limit's write, in bytes; a larger
+    /// one is refused 413.
+    #[arg(long, value_name = "BYTES", env = "SLIDEGATE_MAX_RUNTIME_BODY_BYTES", default_value_t = DEFAULT_MAX_RUNTIME_BODY_BYTES)]
+    pub max_runtime_body_bytes: usize,
 
     /// How much one request may ask.
     #[command(flatten)]
@@ -172,6 +198,12 @@ impl From<ServeArgs> for ServeOptions {
             admin_token_file: args.admin_token_file,
             response_headers: args.response_headers.into(),
             max_waiting: args.max_waiting,
+            runtime_limits_file: args.runtime_limits_file,
+            runtime_bounds: RuntimeBounds {
+                max_keys: args.max_runtime_keys,
+                max_domains: args.max_runtime_domains,
+                max_body_bytes: args.max_runtime_body_bytes,
+            },
             bounds: (&args.bounds).into(),
             store: args.store.into(),
             limits: args.connections.limits(),

@@ -39,7 +39,7 @@ fn check_takes_several_rates() {
 fn serve(args: &[&str]) -> Result<ServeArgs, clap::Error> {
     let cli = Cli::try_parse_from(["slidegate", "serve"].iter().chain(args))?;
     match cli.command {
-        Command::Serve(args) => Ok(args),
+        Command::Serve(args) => Ok(*args),
         other => panic!("not serve: {other:?}"),
     }
 }

@@ -178,10 +178,10 @@ async fn http(args: &BenchOptions, target: &str, rule: Rule) -> anyhow::Result<R
         .pool_max_idle_per_host(args.concurrency)
         .build(connector);
     let (method, path) = match op.as_str() {
-        "acquire" => (http::Method::POST, "/v1/acquire"),
+        "acquire" | "acquire-key" => (http::Method::POST, "/v1/acquire"),
         "check" => (http::Method::POST, "/v1/check"),
         "healthz" => (http::Method::GET, "/healthz"),
-        other => bail!("unknown HTTP --op {other:?} (acquire, check, healthz)"),
+        other => bail!("unknown HTTP --op {other:?} (acquire, acquire-key, check, healthz)"),
     };
     let uri = format!("{base}{path}");
     let window_ms = rule.window_micros().div_ceil(1_000);
@@ -199,6 +199,8 @@ async fn http(args: &BenchOptions, target: &str, rule: Rule) -> anyhow::Result<R
         let client = client.clone();
         let body = match op_name.as_str() {
             "acquire" => format!(r#"{{"key":"{key}","limit":{limit},"window_ms":{window_ms},"algorithm":"{algorithm}"{options}}}"#),
+            // The key alone: decided under the limit set for it at run time.
+            "acquire-key" => format!(r#"{{"key":"{key}"}}"#),
             "check" => format!(r#"{{"domain":"bench","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}]}}"#),
             _ => String::new(),
         };

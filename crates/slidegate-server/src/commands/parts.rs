@@ -14,6 +14,7 @@ use crate::api::http::waiting::Waiting;
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
 use crate::rules::CurrentConfig;
+use crate::runtime::RuntimeLimits;
 use crate::telemetry::Telemetry;
 
 /// The parts of one server.
@@ -25,6 +26,7 @@ pub struct Parts<S> {
     admin_token: Option<String>,
     metrics: Option<PrometheusHandle>,
     waiting: Waiting,
+    runtime: Option<RuntimeLimits>,
 }
 
 impl<S> Parts<S> {
@@ -42,7 +44,15 @@ impl<S> Parts<S> {
             admin_token: None,
             metrics: None,
             waiting: Waiting::default(),
+            runtime: None,
         }
+    }
+
+    /// Serves the runtime limits API over `runtime` (see
+    /// [`AppState::with_runtime`]).
+    pub fn with_runtime(mut self, runtime: RuntimeLimits) -> Self {
+        self.runtime = Some(runtime);
+        self
     }
 
     /// Decides Envoy checks against `config` (swapped in place on reload).
@@ -103,6 +113,10 @@ impl<S> Parts<S> {
             .with_bounds(self.bounds)
             .with_response_headers(self.response_headers)
             .with_waiting(self.waiting.clone());
+        let state = match &self.runtime {
+            Some(runtime) => state.with_runtime(runtime.clone()),
+            None => state,
+        };
         match &self.metrics {
             Some(handle) => state.with_metrics(handle.clone()),
             None => state,

@@ -19,7 +19,8 @@ use crate::bounds::RequestBounds;
 use crate::net::grpc;
 use crate::net::http1::{self, DEFAULT_SHUTDOWN_GRACE};
 use crate::net::{ConnectionLimits, GrpcLimits};
-use crate::rules::{LiveConfig, LoadOptions};
+use crate::rules::{CurrentConfig, LiveConfig, LoadOptions};
+use crate::runtime::{Home, RuntimeBounds, RuntimeLimits};
 use crate::store::{Backend, StoreOptions};
 
 /// How long the config watcher waits for a burst of file events to settle.
@@ -54,6 +55,10 @@ pub struct ServeOptions {
     pub response_headers: ResponseHeaders,
     /// The most requests waiting for their turn at once.
     pub max_waiting: usize,
+    /// Where the memory store keeps the runtime limits (`None`: memory).
+    pub runtime_limits_file: Option<PathBuf>,
+    /// How many runtime limits, and how large a write.
+    pub runtime_bounds: RuntimeBounds,
     /// How much one request may ask.
     pub bounds: RequestBounds,
     /// The store.
@@ -112,6 +117,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
     let admin_token = args.admin_token()?;
     let kind = backend.kind();
     let probe = backend.clone();
+    let redis = backend.redis();
     let mut parts = Parts::new(backend)
         .with_admin_token(admin_token)
         .with_bounds(args.bounds)
@@ -122,9 +128,24 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
         .telemetry()
         .stats()
         .set_store_probe(move || probe.status());
-    if let Some(live) = &live {
-        parts = parts.with_config(live.current());
-    }
+    let current = match &live {
+        Some(live) => live.current(),
+        None => CurrentConfig::default(),
+    };
+    parts = parts.with_config(current.clone());
+    let home = match (redis, &args.runtime_limits_file) {
+        (Some(_), Some(_)) => anyhow::bail!(
+            "--runtime-limits-file is for the memory store: with Redis, the runtime limits live in Redis"
+        ),
+        (Some(redis), None) => Home::Redis(redis),
+        (None, Some(path)) => Home::File(path.clone()),
+        (None, None) => Home::Memory,
+    };
+    let runtime = RuntimeLimits::open(home, current, args.runtime_bounds)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot load the runtime limits: {e}"))?;
+    let _reader = runtime.spawn_reader(parts.limiter().store());
+    parts = parts.with_runtime(runtime);
     let http_listener = TcpListener::bind(&args.http_addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.http_addr))?;

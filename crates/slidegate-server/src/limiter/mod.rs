@@ -3,6 +3,7 @@
 //! Both ask the store; [`Limiter`] is what every protocol front calls: it
 //! decides, and reports each decision to a [`Sink`].
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,6 +65,33 @@ impl<S> Limiter<S> {
     pub fn config(&self) -> &CurrentConfig {
         &self.config
     }
+
+    /// The rules the ad-hoc `key` is decided under: the request's own
+    /// (`asked`), the limits set for the key at run time, or both, all or
+    /// nothing (a rule of both counted once); `None` with neither.
+    #[inline]
+    pub fn rules_for<'r>(&self, key: &str, asked: &'r [Rule]) -> Option<Cow<'r, [Rule]>> {
+        let table = self.config.key_limits();
+        // No lookup at all until a limit was ever set.
+        let set = if table.version() == 0 {
+            None
+        } else {
+            table.get(key)
+        };
+        match set {
+            None if asked.is_empty() => None,
+            None => Some(Cow::Borrowed(asked)),
+            Some(set) => {
+                let mut rules = set.rules().to_vec();
+                for rule in asked {
+                    if !rules.iter().any(|r| r.same_state(rule)) {
+                        rules.push(*rule);
+                    }
+                }
+                Some(Cow::Owned(rules))
+            }
+        }
+    }
 }
 
 impl<S: Store> Limiter<S> {
@@ -116,5 +144,16 @@ impl<S: Store> Limiter<S> {
     /// Forgets the ad-hoc `key` under every rule.
     pub async fn reset(&self, key: &str) -> slidegate::Result<()> {
         adhoc::reset(&*self.store, key).await
+    }
+
+    /// Records on the ad-hoc `key`, under each rule of `new` that
+    /// replaces one of `old` of the same window and algorithm, what the
+    /// key used under the old one: a raised limit gives no fresh quota.
+    pub async fn carry_over(&self, key: &str, old: &[Rule], new: &[Rule]) -> slidegate::Result<()> {
+        let carried = slidegate::limits::carried_over(old, new);
+        if carried.is_empty() {
+            return Ok(());
+        }
+        slidegate::limits::carry_over(&*self.store, &crate::keys::adhoc_key(key)?, &carried).await
     }
 }

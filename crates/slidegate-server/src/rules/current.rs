@@ -1,6 +1,7 @@
-//! The rules in force: the config requests are decided against, swapped
-//! whole on reload, and the last reload that was refused (the status page
-//! shows it).
+//! The rules in force: the config requests are decided against (the
+//! files' rules and the domains set at run time, in one config swapped
+//! whole when either changes), the per-key limits set at run time, and
+//! the last reload that was refused (the status page shows it).
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
@@ -8,6 +9,9 @@ use std::time::SystemTime;
 use arc_swap::{ArcSwap, Guard};
 use serde::Serialize;
 
+use slidegate::limits::LimitTable;
+
+use super::runtime_domain::RuntimeDomain;
 use super::set::RateLimitConfig;
 use crate::epoch::millis_since_epoch;
 
@@ -33,6 +37,10 @@ pub struct CurrentConfig {
 #[derive(Debug, Default)]
 struct Inner {
     config: ArcSwap<RateLimitConfig>,
+    /// The runtime domains in force; held while a new config is made from
+    /// them and the files, so two changes never interleave.
+    runtime: Mutex<Vec<RuntimeDomain>>,
+    key_limits: LimitTable,
     last_refused: Mutex<Option<RefusedReload>>,
 }
 
@@ -42,9 +50,36 @@ impl CurrentConfig {
         CurrentConfig {
             inner: Arc::new(Inner {
                 config: ArcSwap::from_pointee(config),
-                last_refused: Mutex::default(),
+                ..Inner::default()
             }),
         }
+    }
+
+    /// The per-key limits set at run time.
+    pub fn key_limits(&self) -> &LimitTable {
+        &self.inner.key_limits
+    }
+
+    /// Puts `domains` in force beside the files' rules, in place of the
+    /// runtime domains before.
+    pub fn set_runtime_domains(&self, domains: Vec<RuntimeDomain>) {
+        let mut runtime = self
+            .inner
+            .runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let merged = self.inner.config.load().with_runtime(&domains);
+        self.inner.config.store(Arc::new(merged));
+        *runtime = domains;
+    }
+
+    /// The runtime domains in force.
+    pub fn runtime_domains(&self) -> Vec<RuntimeDomain> {
+        self.inner
+            .runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The config in force, for one request: a guard, not a clone of the
@@ -58,9 +93,20 @@ impl CurrentConfig {
         self.inner.config.load_full()
     }
 
-    /// Puts `config` in force.
+    /// Puts `config`, the files' rules, in force, with the runtime
+    /// domains beside them.
     pub fn store(&self, config: RateLimitConfig) {
-        self.inner.config.store(Arc::new(config));
+        let runtime = self
+            .inner
+            .runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let merged = if runtime.is_empty() {
+            config
+        } else {
+            config.with_runtime(&runtime)
+        };
+        self.inner.config.store(Arc::new(merged));
     }
 
     /// Remembers a refused reload (the last one is shown).

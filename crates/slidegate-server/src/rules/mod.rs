@@ -17,6 +17,8 @@ mod files;
 mod limit;
 mod matcher;
 mod reload;
+mod runtime;
+mod runtime_domain;
 mod set;
 mod yaml;
 mod yaml_tree;
@@ -27,6 +29,8 @@ pub use files::{MAX_FILE_BYTES, read_sources};
 pub use limit::{Enforcement, Limit, LimitId, Unit};
 pub use matcher::Matched;
 pub use reload::{ConfigWatcher, LiveConfig, ReloadCounts, ReloadOutcome};
+pub use runtime::{BODY_NAME, DomainRefused, check_domain};
+pub use runtime_domain::RuntimeDomain;
 pub use set::{LoadOptions, RateLimitConfig};
 
 #[cfg(test)]

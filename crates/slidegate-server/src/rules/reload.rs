@@ -185,7 +185,8 @@ impl LiveConfig {
             }
         };
         let domains = sorted_domains(&config);
-        let in_force_domains = sorted_domains(&self.current.load());
+        // The runtime domains are no reload's to keep or remove.
+        let in_force_domains = sorted_domains(&self.current.load().files_only());
         let removed: Vec<String> = in_force_domains
             .iter()
             .filter(|d| !config.has_domain(d))

@@ -11,6 +11,7 @@ use super::error::{ConfigError, PATH_CHARS, WORD_CHARS, quoted};
 use super::files::read_sources;
 use super::limit::{Enforcement, Limit, LimitId, Unit};
 use super::matcher::{self, DescriptorNode, Level, Matched};
+use super::runtime_domain::RuntimeDomain;
 use super::yaml::{self, DescriptorSpec, FileSpec};
 use crate::epoch::millis_since_epoch;
 
@@ -27,6 +28,12 @@ pub struct RateLimitConfig {
     files: HashMap<String, Vec<String>>,
     /// When the rules were loaded (`None` for no rules at all).
     loaded_at: Option<SystemTime>,
+    /// The files' sources and how they were loaded: what the config is
+    /// built from again when the runtime domains change.
+    sources: Vec<(String, String)>,
+    options: LoadOptions,
+    /// The domains set at run time, with their versions.
+    runtime: HashMap<String, u64>,
 }
 
 /// How to load several files.
@@ -56,6 +63,8 @@ impl RateLimitConfig {
         let mut config = RateLimitConfig {
             generation: NEXT_GENERATION.fetch_add(1, Ordering::Relaxed),
             loaded_at: Some(SystemTime::now()),
+            sources: sources.to_vec(),
+            options,
             ..RateLimitConfig::default()
         };
         for (name, text) in sources {
@@ -63,6 +72,61 @@ impl RateLimitConfig {
             config.add_file(name, file, options)?;
         }
         Ok(config)
+    }
+
+    /// These files' rules and the domains set at run time, in one config
+    /// (a new generation). A runtime domain that a file defines too is
+    /// left out: files stay the operator's. Each runtime domain was
+    /// checked alone when it was set; one that no longer loads is left
+    /// out and logged, never a reason to drop the files' rules.
+    pub fn with_runtime(&self, runtime: &[RuntimeDomain]) -> RateLimitConfig {
+        let mut config = match RateLimitConfig::from_sources(&self.sources, self.options) {
+            Ok(config) => config,
+            // The same sources loaded once already.
+            Err(error) => {
+                tracing::error!(%error, "the files' rules no longer load; keeping them without the runtime domains");
+                return RateLimitConfig::from_sources(&[], self.options).unwrap_or_default();
+            }
+        };
+        let file_domains: Vec<String> = config.domains.keys().cloned().collect();
+        for domain in runtime {
+            if file_domains.contains(&domain.domain) {
+                tracing::warn!(domain = %domain.domain, version = domain.version, "a runtime domain is defined in a file too: the file's rules are in force");
+                continue;
+            }
+            let name = domain.source_name();
+            let added = yaml::parse_file(&name, &domain.text)
+                .and_then(|file| config.add_file(&name, file, LoadOptions::default()));
+            match added {
+                Ok(()) => {
+                    config.files.remove(&domain.domain);
+                    config.runtime.insert(domain.domain.clone(), domain.version);
+                }
+                Err(error) => {
+                    tracing::error!(domain = %domain.domain, %error, "a runtime domain no longer loads: left out");
+                    config.domains.remove(&domain.domain);
+                    config.files.remove(&domain.domain);
+                }
+            }
+        }
+        config
+    }
+
+    /// The config these files' rules alone make (what a reload compares
+    /// against, whatever is set at run time).
+    pub fn files_only(&self) -> RateLimitConfig {
+        self.with_runtime(&[])
+    }
+
+    /// The version of a domain set at run time; `None` for a domain of
+    /// the files (or none).
+    pub fn runtime_version(&self, domain: &str) -> Option<u64> {
+        self.runtime.get(domain).copied()
+    }
+
+    /// True when a file defines `domain`.
+    pub fn in_files(&self, domain: &str) -> bool {
+        self.files.contains_key(domain)
     }
 
     fn add_file(
@@ -167,11 +231,16 @@ impl RateLimitConfig {
             .sorted_domains()
             .into_iter()
             .map(|(domain, level)| {
-                serde_json::json!({
+                let mut json = serde_json::json!({
                     "domain": domain,
+                    "origin": if self.runtime.contains_key(domain) { "runtime" } else { "file" },
                     "files": self.files.get(domain).cloned().unwrap_or_default(),
                     "descriptors": level.to_json(),
-                })
+                });
+                if let Some(version) = self.runtime.get(domain) {
+                    json["version"] = (*version).into();
+                }
+                json
             })
             .collect();
         serde_json::json!({

@@ -76,6 +76,15 @@ impl MemoryBackend {
 }
 
 impl Backend {
+    /// The Redis store under the resilient wrapper, for what is not a
+    /// decision (the limits shared through Redis); `None` for memory.
+    pub fn redis(&self) -> Option<RedisStore> {
+        match self {
+            Backend::Redis(store) => Some(store.inner().inner().clone()),
+            Backend::Memory(_) => None,
+        }
+    }
+
     /// Opens the store the flags name.
     pub async fn connect(args: &StoreOptions) -> Result<Backend, ConnectError> {
         match &args.url {

@@ -14,8 +14,10 @@ use super::key::KeyExtractor;
 use super::layer::RateLimitLayer;
 use super::policies::PolicySet;
 use super::response::Rejection;
+use super::runtime_rules::RuntimeRules;
 use crate::error::Error;
 use crate::headers;
+use crate::limits::LimitTable;
 use crate::rate::{Rate, Rule};
 use crate::store::contract::Store;
 
@@ -77,6 +79,7 @@ pub struct RateLimitBuilder<St, K> {
     max_delay: Option<Duration>,
     /// `block_for` was called before any rule: a mistake told at `build`.
     block_before_rule: bool,
+    runtime: Option<LimitTable>,
 }
 
 impl<St, K> RateLimitBuilder<St, K> {
@@ -93,7 +96,33 @@ impl<St, K> RateLimitBuilder<St, K> {
             on_rejection: None,
             max_delay: None,
             block_before_rule: false,
+            runtime: None,
         }
+    }
+
+    /// Decides a key that has limits in `table` (set at run time: a
+    /// tenant's quota, see [`LimitRegistry`](crate::limits::LimitRegistry))
+    /// under those, in place of the layer's rules, which stay the quota of
+    /// every other key. The key looked up is what the key extractor
+    /// writes, without the [`prefix`](Self::prefix): `x-api-key=k1` for
+    /// `Key::header("x-api-key")` and a request sending `k1`. A change in the table
+    /// applies from the next request.
+    ///
+    /// ```
+    /// # use slidegate::{MemoryStore, Rule, middleware::{Key, RateLimitLayer}};
+    /// use slidegate::limits::LimitRegistry;
+    ///
+    /// let registry = LimitRegistry::new(MemoryStore::new());
+    /// let key = Key::header(http::HeaderName::from_static("x-api-key"));
+    /// let layer = RateLimitLayer::builder(registry.store().clone(), key)
+    ///     .rule("10/1m") // keys without a limit of their own
+    ///     .rules_from(&registry)
+    ///     .build()?;
+    /// # Ok::<(), slidegate::middleware::BuildError>(())
+    /// ```
+    pub fn rules_from(mut self, table: impl Into<LimitTable>) -> Self {
+        self.runtime = Some(table.into());
+        self
     }
 
     /// Adds a rule. Unnamed rules are the policy `"default"` when alone,
@@ -271,6 +300,7 @@ impl<St, K> RateLimitBuilder<St, K> {
             store: self.store,
             key: self.key,
             policies,
+            runtime: self.runtime.map(RuntimeRules::new),
             cost: self.cost,
             missing_key,
             on_store_error: self.on_store_error,

@@ -2,6 +2,7 @@
 //! what to do with it.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,6 +14,7 @@ use super::head::RequestHead;
 use super::key::{KeyExtractor, KeyWriter, NoKey};
 use super::policies::PolicySet;
 use super::response::{self, DEGRADED, Rejection};
+use super::runtime_rules::RuntimeRules;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
 use crate::headers;
@@ -29,6 +31,9 @@ pub(crate) struct Config<St, K> {
     pub store: St,
     pub key: K,
     pub policies: PolicySet,
+    /// Per-key rules set at run time, in place of `policies` for the keys
+    /// that have some.
+    pub runtime: Option<RuntimeRules>,
     pub cost: Option<Box<CostFn>>,
     pub missing_key: MissingKey,
     pub on_store_error: OnStoreError,
@@ -89,8 +94,12 @@ const INLINE_RULES: usize = 4;
 
 /// What a request needs before the store is asked.
 pub(crate) enum Prepared {
-    /// Ask the store for `cost` units of the key written.
-    Ask { cost: u64 },
+    /// Ask the store for `cost` units of the key written, under the
+    /// key's own policies (set at run time) or, `None`, the layer's.
+    Ask {
+        cost: u64,
+        policies: Option<Arc<PolicySet>>,
+    },
     /// Decided without the store.
     Decided(Verdict),
 }
@@ -156,8 +165,14 @@ impl Extra {
 }
 
 impl<St: Store, K: KeyExtractor> Config<St, K> {
-    /// Writes the store key of `request`: the prefix and the extracted parts.
-    fn write_key(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Result<(), NoKey> {
+    /// Writes the store key of `request`: the prefix and the extracted
+    /// parts; answers the policies set at run time for what the extractor
+    /// wrote, if any.
+    fn write_key(
+        &self,
+        request: &RequestHead<'_>,
+        key: &mut KeyWriter,
+    ) -> Result<Option<Arc<PolicySet>>, NoKey> {
         if let Some(prefix) = &self.prefix {
             key.push_word(prefix);
         }
@@ -166,8 +181,18 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
         if key.as_str().len() == start {
             return Err(NoKey::new("the key extractor wrote no key"));
         }
+        let own = self
+            .runtime
+            .as_ref()
+            .and_then(|runtime| runtime.policies_for(&key.as_str()[start..]));
         key.finish_store_key(MAX_KEY_LEN);
-        Ok(())
+        Ok(own)
+    }
+
+    /// The policies a request is decided under: its key's own, or the
+    /// layer's.
+    pub(crate) fn policies<'a>(&'a self, own: Option<&'a PolicySet>) -> &'a PolicySet {
+        own.unwrap_or(&self.policies)
     }
 
     /// Writes the key of the bucket shared by requests without one.
@@ -183,32 +208,44 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     /// Writes the key and finds the cost, or reaches a verdict that needs
     /// no store.
     pub(crate) fn prepare(&self, request: &RequestHead<'_>, key: &mut KeyWriter) -> Prepared {
-        if let Err(reason) = self.write_key(request, key) {
-            match self.missing_key {
+        let own = match self.write_key(request, key) {
+            Ok(own) => own,
+            Err(reason) => match self.missing_key {
                 MissingKey::Allow => return Prepared::Decided(Verdict::Pass(Extra::default())),
-                MissingKey::Shared => self.write_shared_key(key),
+                MissingKey::Shared => {
+                    self.write_shared_key(key);
+                    None
+                }
                 MissingKey::Reject(status) => {
                     return Prepared::Decided(Verdict::Refuse(Refusal::MissingKey {
                         reason,
                         status,
                     }));
                 }
-            }
-        }
+            },
+        };
         let cost = self.cost.as_ref().map_or(1, |cost| cost(request));
-        let limit = self.policies.min_limit();
+        let limit = self.policies(own.as_deref()).min_limit();
         if cost > limit {
             return Prepared::Decided(Verdict::Refuse(Refusal::CostTooHigh { cost, limit }));
         }
-        Prepared::Ask { cost }
+        Prepared::Ask {
+            cost,
+            policies: own,
+        }
     }
 
     /// The decision, when the store can take it without waiting
     /// ([`Store::acquire_now`]: the memory store, a cached denial): the
     /// layer then answers without creating a future. Only for one rule:
     /// several are decided as a batch, to know each one's decision.
-    pub(crate) fn decide_now(&self, key: &str, cost: u64) -> Option<Result<Decisions>> {
-        let rules = self.policies.rules();
+    pub(crate) fn decide_now(
+        &self,
+        key: &str,
+        cost: u64,
+        policies: &PolicySet,
+    ) -> Option<Result<Decisions>> {
+        let rules = policies.rules();
         if rules.len() > 1 || self.max_delay.is_some() {
             return None;
         }
@@ -219,13 +256,18 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     /// Asks the store: `acquire` for one rule; for several, a batch of one
     /// hit per rule on the same key, which is decided all or nothing just
     /// as `acquire` is, and answers for each rule.
-    pub(crate) async fn ask(&self, key: &str, cost: u64) -> Result<Decisions> {
-        let rules = self.policies.rules();
+    pub(crate) async fn ask(
+        &self,
+        key: &str,
+        cost: u64,
+        policies: &PolicySet,
+    ) -> Result<Decisions> {
+        let rules = policies.rules();
         let [first, ..] = rules else {
             return Err(Error::NoRules);
         };
         if let Some(max_delay) = self.max_delay {
-            return self.ask_delayed(key, cost, max_delay).await;
+            return self.ask_delayed(key, cost, max_delay, rules).await;
         }
         if rules.len() == 1 {
             return self
@@ -255,8 +297,13 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     /// until its time: the request is then passed on (nginx's
     /// `limit_req ... delay`). One store call: waiters pass in the order
     /// they reserved, never beyond the limit.
-    async fn ask_delayed(&self, key: &str, cost: u64, max_delay: Duration) -> Result<Decisions> {
-        let rules = self.policies.rules();
+    async fn ask_delayed(
+        &self,
+        key: &str,
+        cost: u64,
+        max_delay: Duration,
+        rules: &[crate::rate::Rule],
+    ) -> Result<Decisions> {
         let hits: Vec<Hit<'_>> = rules
             .iter()
             .map(|&rule| Hit::new(key, rule, cost))
@@ -272,7 +319,7 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     }
 
     /// The verdict on the store's answer.
-    pub(crate) fn judge(&self, answer: Result<Decisions>) -> Verdict {
+    pub(crate) fn judge(&self, answer: Result<Decisions>, policies: &PolicySet) -> Verdict {
         // The common case, kept short: one rule, allowed, no headers.
         if let Ok(Decisions::One(decision)) = &answer
             && decision.allowed()
@@ -284,12 +331,13 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
             });
         }
         match answer {
-            Ok(decisions) if decisions.as_slice().len() != self.policies.len() => self
-                .store_failed(Error::Store(format!(
+            Ok(decisions) if decisions.as_slice().len() != policies.len() => {
+                self.store_failed(Error::Store(format!(
                     "the store answered {} decisions for {} rules",
                     decisions.as_slice().len(),
-                    self.policies.len()
-                ))),
+                    policies.len()
+                )))
+            }
             Ok(decisions) => {
                 let all = decisions.as_slice();
                 if let Some(deciding) = longest_wait(all) {
@@ -299,8 +347,8 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
                     });
                 }
                 let ratelimit = self.headers_on_success.then(|| {
-                    let policy = self.policies.policy_header().clone();
-                    (policy, self.policies.ratelimit(all))
+                    let policy = policies.policy_header().clone();
+                    (policy, policies.ratelimit(all))
                 });
                 Verdict::Pass(Extra {
                     ratelimit,
@@ -362,12 +410,12 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
     }
 
     /// What the rejection hook and the default response see of a refusal.
-    fn rejection<'a>(&'a self, refusal: &'a Refusal) -> Rejection<'a> {
+    fn rejection<'a>(&'a self, refusal: &'a Refusal, policies: &'a PolicySet) -> Rejection<'a> {
         match refusal {
             Refusal::Limited {
                 decisions,
                 deciding,
-            } => self.rate_limited(decisions.as_slice(), *deciding),
+            } => rate_limited(policies, decisions.as_slice(), *deciding),
             &Refusal::CostTooHigh { cost, limit } => Rejection::CostTooHigh { cost, limit },
             &Refusal::MissingKey { reason, status } => Rejection::MissingKey { reason, status },
             Refusal::StoreFailed { error, retry_after } => Rejection::StoreFailure {
@@ -381,31 +429,17 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
         }
     }
 
-    /// A denial: every policy's decision, and the one `Retry-After` follows.
-    fn rate_limited<'a>(&'a self, decisions: &'a [Decision], deciding: usize) -> Rejection<'a> {
-        let policies = self.policies.decisions(decisions);
-        let mut decision = decisions[deciding];
-        if decisions.iter().any(Decision::degraded) {
-            decision = decision.into_degraded();
-        }
-        Rejection::RateLimited {
-            decision,
-            policy: &self.policies.names()[deciding],
-            rule: self.policies.rules()[deciding],
-            policies,
-        }
-    }
-
     /// The response to a refusal: the default one, through the hook.
     pub(crate) fn reject<B: RejectionBody>(
         &self,
         refusal: &Refusal,
         request: &RequestHead<'_>,
+        policies: &PolicySet,
     ) -> Response<B> {
-        let rejection = self.rejection(refusal);
+        let rejection = self.rejection(refusal, policies);
         let cx = response::Context {
             grpc: response::grpc_content_type(request),
-            policy_header: self.policies.policy_header(),
+            policy_header: policies.policy_header(),
         };
         let default = response::default_response(&rejection, &cx);
         let response = match &self.on_rejection {
@@ -413,5 +447,24 @@ impl<St: Store, K: KeyExtractor> Config<St, K> {
             None => default,
         };
         response.map(B::from_rejection)
+    }
+}
+
+/// A denial: every policy's decision, and the one `Retry-After` follows.
+fn rate_limited<'a>(
+    set: &'a PolicySet,
+    decisions: &'a [Decision],
+    deciding: usize,
+) -> Rejection<'a> {
+    let policies = set.decisions(decisions);
+    let mut decision = decisions[deciding];
+    if decisions.iter().any(Decision::degraded) {
+        decision = decision.into_degraded();
+    }
+    Rejection::RateLimited {
+        decision,
+        policy: &set.names()[deciding],
+        rule: set.rules()[deciding],
+        policies,
     }
 }

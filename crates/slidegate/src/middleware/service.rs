@@ -29,6 +29,7 @@ use super::body::RejectionBody;
 use super::decide::{Config, Extra, Prepared, Verdict};
 use super::head::RequestHead;
 use super::key::{KeyExtractor, ThreadKey};
+use super::policies::PolicySet;
 use crate::store::contract::Store;
 
 /// The [`Service`] made by [`RateLimitLayer`](super::RateLimitLayer):
@@ -88,22 +89,29 @@ where
 
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let config = &*self.config;
-        let verdict = {
+        let (verdict, own) = {
             let mut key = ThreadKey::take();
             match config.prepare(&RequestHead::from(&request), &mut key) {
-                Prepared::Decided(verdict) => verdict,
-                Prepared::Ask { cost } => match config.decide_now(key.as_str(), cost) {
-                    Some(answer) => config.judge(answer),
-                    None => {
-                        let key = key.as_str().to_owned();
-                        return self.ask(key, cost, request);
+                Prepared::Decided(verdict) => (verdict, None),
+                Prepared::Ask { cost, policies } => {
+                    let now =
+                        config.decide_now(key.as_str(), cost, config.policies(policies.as_deref()));
+                    match now {
+                        Some(answer) => (
+                            config.judge(answer, config.policies(policies.as_deref())),
+                            policies,
+                        ),
+                        None => {
+                            let key = key.as_str().to_owned();
+                            return self.ask(key, cost, policies, request);
+                        }
                     }
-                },
+                }
             }
             // The key buffer is given back here, before the inner service
             // runs: a layer inside this one takes it next.
         };
-        self.act(verdict, request)
+        self.act(verdict, request, own.as_deref())
     }
 }
 
@@ -113,6 +121,7 @@ impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
         &mut self,
         verdict: Verdict,
         request: Request<ReqBody>,
+        own: Option<&PolicySet>,
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
         S: Service<Request<ReqBody>, Response = Response<ResBody>>,
@@ -124,7 +133,11 @@ impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
                 extra,
             },
             Verdict::Refuse(refusal) => Kind::Answered {
-                response: Some(self.config.reject(&refusal, &RequestHead::from(&request))),
+                response: Some(self.config.reject(
+                    &refusal,
+                    &RequestHead::from(&request),
+                    self.config.policies(own),
+                )),
             },
         };
         ResponseFuture { kind }
@@ -136,6 +149,7 @@ impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
         &mut self,
         key: String,
         cost: u64,
+        own: Option<Arc<PolicySet>>,
         request: Request<ReqBody>,
     ) -> ResponseFuture<S::Future, ResBody, S::Error>
     where
@@ -145,14 +159,20 @@ impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
         ResBody: RejectionBody + Send + 'static,
     {
         let shared = Arc::clone(&self.config);
-        let mut answer = Box::pin(async move { shared.ask(&key, cost).await });
+        let asked = own.clone();
+        let mut answer = Box::pin(async move {
+            let set = shared.policies(asked.as_deref());
+            shared.ask(&key, cost, set).await
+        });
         // A store that can answer at once does so on the first poll.
         if let Poll::Ready(answer) = answer
             .as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
         {
-            let verdict = self.config.judge(answer);
-            return self.act(verdict, request);
+            let verdict = self
+                .config
+                .judge(answer, self.config.policies(own.as_deref()));
+            return self.act(verdict, request, own.as_deref());
         }
         // The store is waiting: the readied service goes into the future
         // (tower's rule: the one poll_ready readied is the one called), a
@@ -161,14 +181,15 @@ impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let config = Arc::clone(&self.config);
         let rest: BoxedResponse<ResBody, S::Error> = Box::pin(async move {
-            match config.judge(answer.await) {
+            let set = config.policies(own.as_deref());
+            match config.judge(answer.await, set) {
                 Verdict::Pass(extra) => {
                     let mut response = inner.call(request).await?;
                     extra.apply(&mut response);
                     Ok(response)
                 }
                 Verdict::Refuse(refusal) => {
-                    Ok(config.reject(&refusal, &RequestHead::from(&request)))
+                    Ok(config.reject(&refusal, &RequestHead::from(&request), set))
                 }
             }
         });

@@ -24,6 +24,11 @@ pub enum Change {
     /// limit, window and algorithm ([`Rule::same_state`]), for instance a
     /// limit changed at run time.
     Rule(Rule),
+    /// The limits shared through the store (set, replaced or removed at
+    /// run time: see `RedisStore::write_limit`) changed: a process reads
+    /// them again, and a denial decided under the old ones may no longer
+    /// hold, whatever its key.
+    Limits,
     /// Anything: what was heard could not be read, or the store's state
     /// may have changed as a whole.
     All,
@@ -36,7 +41,7 @@ impl Change {
         match self {
             Change::Key(changed) => changed == key,
             Change::Rule(changed) => rules.iter().any(|rule| rule.same_state(changed)),
-            Change::All => true,
+            Change::Limits | Change::All => true,
         }
     }
 }

@@ -24,12 +24,15 @@ pub(super) async fn acquire<S: Store>(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let request = request::parse_acquire(&body, &state.bounds)?;
+    let Some(rules) = state.limiter.rules_for(&request.key, &request.rules) else {
+        return Err(no_rules(&state));
+    };
     if !request.max_wait.is_zero() {
-        return acquire_waiting(state, request).await;
+        return acquire_waiting(&state, &request, &rules).await;
     }
     let answer = state
         .limiter
-        .acquire(&request.key, &request.rules, request.cost)
+        .acquire(&request.key, &rules, request.cost)
         .await?;
     let status = if answer.decision.allowed() {
         StatusCode::OK
@@ -47,8 +50,9 @@ pub(super) async fn acquire<S: Store>(
 /// that leaves while it waits gives its place back (the guard drops with
 /// the handler); its reservation stays used.
 async fn acquire_waiting<S: Store>(
-    state: AppState<S>,
-    request: AcquireRequest,
+    state: &AppState<S>,
+    request: &AcquireRequest,
+    rules: &[slidegate::Rule],
 ) -> Result<Response, ApiError> {
     let Some(_place) = state.waiting.enter() else {
         return Err(ApiError::new(
@@ -58,7 +62,7 @@ async fn acquire_waiting<S: Store>(
     };
     let (answer, wait) = state
         .limiter
-        .reserve(&request.key, &request.rules, request.cost, request.max_wait)
+        .reserve(&request.key, rules, request.cost, request.max_wait)
         .await?;
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
@@ -73,6 +77,22 @@ async fn acquire_waiting<S: Store>(
     body.push_str(itoa::Buffer::new().format(micros_to_ms_up(wait)));
     body.push('}');
     Ok(respond(StatusCode::OK, &answer, body))
+}
+
+/// The answer to a key named alone that has no limit set: a 400 as for a
+/// request without a rule, or a 503 while the runtime limits were never
+/// read (the key may have one: never decided as "no limit").
+fn no_rules<S>(state: &AppState<S>) -> ApiError {
+    if state.runtime.as_ref().is_some_and(|r| !r.read()) {
+        return ApiError::new(
+            ErrorCode::StoreUnavailable,
+            "the runtime limits could not be read yet, and this request names no limit of its own",
+        );
+    }
+    ApiError::new(
+        ErrorCode::MissingField,
+        "the field \"limit\" is required (or \"rules\"), unless a limit is set for the key with PUT /v1/keys/{key}/limit",
+    )
 }
 
 fn micros_to_ms_up(d: Duration) -> u64 {

@@ -82,6 +82,40 @@ impl<S: Send + Sync> FromRequestParts<AppState<S>> for Admin {
     }
 }
 
+/// A request that changes the runtime limits: refused 403
+/// `admin_token_not_configured` while no admin token is set, and without
+/// the token once one is. Carries who made the change, as logged: a
+/// digest of the token, never the token.
+#[derive(Debug)]
+pub(super) struct Writer {
+    /// `token:` and the first 8 hex digits of the token's digest.
+    pub(super) who: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<AppState<S>> for Writer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState<S>) -> Result<Self, Response> {
+        let Some(token) = state.admin_token.as_deref() else {
+            return Err(ApiError::new(
+                ErrorCode::AdminTokenNotConfigured,
+                "changing limits at run time needs an admin token: start the server with --admin-token TOKEN or --admin-token-file PATH, and send it as `Authorization: Bearer TOKEN`",
+            )
+            .into_response());
+        };
+        match refusal(token, &parts.headers, Challenge::Bearer) {
+            Some(refused) => Err(refused),
+            None => Ok(Writer { who: who(token) }),
+        }
+    }
+}
+
+/// How logs name the holder of `token`.
+fn who(token: &str) -> String {
+    let digest = slidegate::store::key_digest(token.as_bytes());
+    format!("token:{:08x}", (digest >> 96) as u32)
+}
+
 /// Which login a `401` asks for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Challenge {

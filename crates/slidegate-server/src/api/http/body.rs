@@ -51,6 +51,87 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+/// A runtime limit's body: JSON, or for a domain's rules YAML too (the
+/// `Content-Type` says which, 415 otherwise), of at most
+/// `--max-runtime-body-bytes` (413 naming the flag).
+#[derive(Debug)]
+pub(super) struct LimitBody {
+    /// `json` or `yaml`.
+    pub(super) format: &'static str,
+    /// The body as UTF-8 text.
+    pub(super) text: String,
+}
+
+/// The body's format from its `Content-Type`: `json`, `yaml`, or `None`.
+fn format_of(headers: &HeaderMap) -> Option<&'static str> {
+    let essence = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.split(';').next().unwrap_or("").trim())?;
+    if essence.eq_ignore_ascii_case("application/json") {
+        return Some("json");
+    }
+    ["application/yaml", "application/x-yaml", "text/yaml"]
+        .iter()
+        .any(|t| essence.eq_ignore_ascii_case(t))
+        .then_some("yaml")
+}
+
+impl LimitBody {
+    /// Reads `request`'s body, of at most `max` bytes, in one of `formats`.
+    pub(super) async fn read(
+        request: Request,
+        max: usize,
+        formats: &[&'static str],
+    ) -> Result<LimitBody, ApiError> {
+        let too_large = || {
+            ApiError::new(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "the body is larger than {max} bytes, the most --max-runtime-body-bytes allows"
+                ),
+            )
+        };
+        let announced = request
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if announced.is_some_and(|length| length > max as u64) {
+            return Err(too_large());
+        }
+        let format = format_of(request.headers())
+            .filter(|f| formats.contains(f))
+            .ok_or_else(|| {
+                ApiError::new(
+                    ErrorCode::UnsupportedMediaType,
+                    if formats.contains(&"yaml") {
+                        "send the body as Content-Type: application/json or application/yaml"
+                    } else {
+                        "send the body as JSON with the header Content-Type: application/json"
+                    },
+                )
+            })?;
+        let bytes = Limited::new(request.into_body(), max)
+            .collect()
+            .await
+            .map_err(|error| {
+                if error.downcast_ref::<LengthLimitError>().is_some() {
+                    too_large()
+                } else {
+                    ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("cannot read the request body: {error}"),
+                    )
+                }
+            })?
+            .to_bytes();
+        let text = String::from_utf8(bytes.to_vec())
+            .map_err(|_| ApiError::new(ErrorCode::InvalidRequest, "the body is not UTF-8 text"))?;
+        Ok(LimitBody { format, text })
+    }
+}
+
 fn read_error(error: Box<dyn std::error::Error + Send + Sync>) -> ApiError {
     if error.downcast_ref::<LengthLimitError>().is_some() {
         return too_large();

@@ -60,9 +60,11 @@ pub enum ErrorCode {
     MethodNotAllowed,
     /// The request did not complete in time.
     RequestTimeout,
-    /// The body is larger than the limit (64 KiB).
+    /// The body is larger than the limit (64 KiB; for the runtime limits,
+    /// `--max-runtime-body-bytes`).
     PayloadTooLarge,
-    /// The body is not sent as `Content-Type: application/json`.
+    /// The body is not sent as `Content-Type: application/json` (or, for a
+    /// domain's rules, `application/yaml`).
     UnsupportedMediaType,
     /// The store holds a value at the request's key that slidegate did not
     /// write (another type of Redis value, another application's string):
@@ -82,6 +84,22 @@ pub enum ErrorCode {
     /// `--max-waiting` allows are already waiting: answered 503 at once,
     /// nothing recorded. Try again, or without waiting.
     TooManyWaiting,
+    /// A write to the runtime limits, and no admin token is configured
+    /// (`--admin-token` or `--admin-token-file`): 403.
+    AdminTokenNotConfigured,
+    /// A new per-key limit beyond `--max-runtime-keys`: 409.
+    TooManyRuntimeKeys,
+    /// A new runtime domain beyond `--max-runtime-domains`: 409.
+    TooManyRuntimeDomains,
+    /// A runtime write to a domain that a rule file defines: 409.
+    DomainDefinedInFile,
+    /// The domain named in the body is not the one in the path: 400.
+    DomainMismatch,
+    /// A domain's rules do not load (the message says where in the body,
+    /// as `request body:LINE:COLUMN`): 400.
+    InvalidConfig,
+    /// `If-Match` names another version than the entry's: 412.
+    VersionMismatch,
     /// The store failed or could not be reached.
     StoreUnavailable,
     /// A bug or a misconfiguration of the service, never bad input.
@@ -99,7 +117,12 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ErrorCode::KeyConflict => StatusCode::CONFLICT,
+            ErrorCode::KeyConflict
+            | ErrorCode::TooManyRuntimeKeys
+            | ErrorCode::TooManyRuntimeDomains
+            | ErrorCode::DomainDefinedInFile => StatusCode::CONFLICT,
+            ErrorCode::AdminTokenNotConfigured => StatusCode::FORBIDDEN,
+            ErrorCode::VersionMismatch => StatusCode::PRECONDITION_FAILED,
             ErrorCode::StoreUnavailable | ErrorCode::TooManyWaiting => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

@@ -11,7 +11,9 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `GET /ui` | the status page (HTML; with `--admin-token`, only for a request carrying it, as Bearer or Basic password) |
 //! | `GET /v1/stats` | what the status page shows, as JSON ([`Snapshot`](crate::telemetry::stats::Snapshot)); admin token as for `/ui` |
-//! | `GET /v1/config` | the rules in force as JSON: domains, their files, descriptors and limits, when loaded; admin token as for `/ui` |
+//! | `GET /v1/config` | the rules in force as JSON: domains, their origin (`file` or `runtime`), files or version, descriptors and limits, when loaded, and the runtime layer's state; admin token as for `/ui` |
+//! | `PUT`, `GET`, `DELETE /v1/keys/{key}/limit` | the key's limits set at run time (`{"rules": [...]}`), which `POST /v1/acquire {"key": ...}` decides under; writes need the admin token (403 `admin_token_not_configured` without one configured), reads too once one is set; `If-Match: "VERSION"` or 412 |
+//! | `GET /v1/config/domains`, `PUT`, `GET`, `DELETE /v1/config/domains/{domain}` | Envoy domains set at run time, YAML or JSON by `Content-Type` (415 otherwise), checked as files are; the same token rules and `If-Match` |
 //!
 //! The admin token is checked by one extractor (`auth.rs`) on every route
 //! that needs it (Bearer or Basic, the scheme's name in any case). Every answer carries
@@ -46,14 +48,17 @@ mod auth;
 mod body;
 mod check;
 pub mod decision_json;
+mod domains;
 mod error;
 pub mod headers;
 mod json;
 mod layer;
+mod limits;
 mod ops;
 pub mod request;
 mod state;
 mod status;
+mod versions;
 pub mod waiting;
 
 pub use body::{JsonBody, MAX_BODY_BYTES};
@@ -76,6 +81,19 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route(
             "/v1/keys/{key}",
             get(acquire::peek::<S>).delete(admin::reset::<S>),
+        )
+        .route(
+            "/v1/keys/{key}/limit",
+            get(limits::get::<S>)
+                .put(limits::put::<S>)
+                .delete(limits::delete::<S>),
+        )
+        .route("/v1/config/domains", get(domains::list::<S>))
+        .route(
+            "/v1/config/domains/{domain}",
+            get(domains::get::<S>)
+                .put(domains::put::<S>)
+                .delete(domains::delete::<S>),
         )
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz::<S>))

@@ -44,16 +44,26 @@ pub(super) async fn healthz() -> Json<serde_json::Value> {
 /// `GET /readyz`: the store can take decisions.
 pub(super) async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
     let ready = state.limiter.store().ready();
+    let runtime = state.runtime.as_ref().map(|r| r.status());
     let error = match tokio::time::timeout(READY_TIMEOUT, ready).await {
-        Ok(Ok(())) => return Json(json!({"status": "ready"})).into_response(),
+        Ok(Ok(())) => {
+            let mut body = json!({"status": "ready"});
+            if let Some(runtime) = runtime {
+                body["runtime_limits"] = runtime;
+            }
+            return Json(body).into_response();
+        }
         Ok(Err(error)) => error.to_string(),
         Err(_) => format!("the store did not answer within {READY_TIMEOUT:?}"),
     };
     tracing::warn!(%error, "not ready");
-    let body = json!({
+    let mut body = json!({
         "status": "unavailable",
         "error": {"code": ErrorCode::StoreUnavailable, "message": error},
     });
+    if let Some(runtime) = runtime {
+        body["runtime_limits"] = runtime;
+    }
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
@@ -61,6 +71,6 @@ pub(super) async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Respon
 pub(super) async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
+        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, PUT, GET and DELETE /v1/keys/{key}/limit, GET /v1/config/domains, PUT, GET and DELETE /v1/config/domains/{domain}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
     )
 }

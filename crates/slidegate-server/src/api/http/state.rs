@@ -8,6 +8,7 @@ use super::waiting::Waiting;
 use crate::api::envoy::headers::ResponseHeaders;
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
+use crate::runtime::RuntimeLimits;
 use crate::telemetry::Telemetry;
 
 /// The limiter and what the API's answers and pages need besides.
@@ -19,6 +20,7 @@ pub struct AppState<S> {
     pub(super) bounds: RequestBounds,
     pub(super) response_headers: ResponseHeaders,
     pub(super) waiting: Waiting,
+    pub(super) runtime: Option<RuntimeLimits>,
 }
 
 impl<S> AppState<S> {
@@ -34,7 +36,16 @@ impl<S> AppState<S> {
             bounds: RequestBounds::default(),
             response_headers: ResponseHeaders::Off,
             waiting: Waiting::default(),
+            runtime: None,
         }
+    }
+
+    /// Serves the runtime limits API (`/v1/config/domains`,
+    /// `/v1/keys/{key}/limit`) over `runtime`, which must put its changes
+    /// in force in the limiter's config.
+    pub fn with_runtime(mut self, runtime: RuntimeLimits) -> Self {
+        self.runtime = Some(runtime);
+        self
     }
 
     /// Requests that wait for their turn (`max_wait_ms`) count in
@@ -81,6 +92,7 @@ impl<S> Clone for AppState<S> {
             bounds: self.bounds,
             response_headers: self.response_headers,
             waiting: self.waiting.clone(),
+            runtime: self.runtime.clone(),
         }
     }
 }

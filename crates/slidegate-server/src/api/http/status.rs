@@ -58,7 +58,11 @@ pub(super) async fn stats<S>(_reader: PageReader, State(state): State<AppState<S
 
 /// `GET /v1/config`: the rules in force.
 pub(super) async fn config<S>(_reader: PageReader, State(state): State<AppState<S>>) -> Response {
-    no_store(Json(state.limiter.config().load().to_json()).into_response())
+    let mut config = state.limiter.config().load().to_json();
+    if let Some(runtime) = &state.runtime {
+        config["runtime"] = runtime.status();
+    }
+    no_store(Json(config).into_response())
 }
 
 fn static_file(body: &'static str, content_type: &'static str) -> Response {

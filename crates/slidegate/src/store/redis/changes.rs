@@ -374,11 +374,13 @@ async fn delivering<F: Future>(
     .await
 }
 
-/// A change as published: `key KEY`, `rule RATE ALGORITHM`, or `all`.
+/// A change as published: `key KEY`, `rule RATE ALGORITHM`, `limits`, or
+/// `all`.
 pub(crate) fn encode(change: &Change) -> Vec<u8> {
     match change {
         Change::Key(key) => [b"key ".as_slice(), key.as_bytes()].concat(),
         Change::Rule(rule) => format!("rule {} {}", rule.rate(), rule.algorithm()).into_bytes(),
+        Change::Limits => b"limits".to_vec(),
         _ => b"all".to_vec(),
     }
 }
@@ -395,6 +397,9 @@ pub(crate) fn decode(payload: &[u8]) -> Change {
     };
     if let Some(key) = text.strip_prefix("key ") {
         return Change::Key(key.to_owned());
+    }
+    if text == "limits" {
+        return Change::Limits;
     }
     if let Some(rule) = text.strip_prefix("rule ")
         && let Some((rate, algorithm)) = rule.split_once(' ')
@@ -418,6 +423,7 @@ mod tests {
             Change::Key("user:42 with spaces".into()),
             Change::Key(String::new()),
             Change::Rule(rule),
+            Change::Limits,
             Change::All,
         ] {
             assert_eq!(decode(&encode(&change)), change);
@@ -430,6 +436,7 @@ mod tests {
             b"rule 100/1m bucket",
             b"\xff\xfe",
             b"reset user42",
+            b"limits 7",
         ] {
             assert_eq!(decode(unreadable), Change::All, "{unreadable:?}");
         }

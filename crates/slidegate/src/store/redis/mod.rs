@@ -66,6 +66,7 @@ pub use builder::{
 };
 pub use calls::Coalesce;
 pub use changes::CHANGE_FEED_TRUST;
+pub use limits::{LOG_LEN, LimitKind, LimitWrite, LimitsSync, SharedLimit, Written};
 pub use store::RedisStore;
 
 mod builder;
@@ -77,6 +78,7 @@ mod cross_slot;
 mod errors;
 mod inner;
 mod keys;
+mod limits;
 mod plan;
 mod quorum;
 mod script;

@@ -70,6 +70,9 @@ pub(super) fn parse_acquire_tree(
         }
         None => return Err(missing("key")),
     };
+    let names_a_rule = [&limit, &window_ms, &algorithm, &rules, &report, &block_ms]
+        .iter()
+        .any(|field| !matches!(field, None | Some(JsonNode::Null)));
     let defaults = RuleDefaults {
         algorithm: parse_algorithm(algorithm)?,
         report: parse_report(report)?.unwrap_or(false),
@@ -83,6 +86,8 @@ pub(super) fn parse_acquire_tree(
                 "give either \"rules\" or \"limit\" and \"window_ms\", not both",
             ));
         }
+        // The key alone: decided under the limits set for it at run time.
+        (None, None, None) if !names_a_rule => Vec::new(),
         (None, limit, window_ms) => {
             let rule = parse_rule(limit, window_ms, defaults.algorithm, bounds)?;
             vec![with_options(rule, defaults.report, defaults.block)?]
@@ -118,13 +123,14 @@ pub(super) fn parse_acquire_tree(
 }
 
 /// What a rule of `rules` takes from the request when it says nothing.
-struct RuleDefaults {
+#[derive(Default)]
+pub(super) struct RuleDefaults {
     algorithm: Algorithm,
     report: bool,
     block: Duration,
 }
 
-fn parse_rules(
+pub(super) fn parse_rules(
     rules: JsonNode,
     defaults: &RuleDefaults,
     bounds: &RequestBounds,

@@ -13,7 +13,9 @@ pub struct AcquireRequest {
     /// The key to decide for, as the client wrote it: an ad-hoc key (see
     /// [`keyspace::adhoc_key`](crate::keys::adhoc_key)), of any length.
     pub key: String,
-    /// One rule, or several decided all-or-nothing. Never empty.
+    /// One rule, or several decided all-or-nothing. Empty when the request
+    /// names none: the limits set for the key at run time decide it (and
+    /// a key without any is refused).
     pub rules: Vec<Rule>,
     /// Units the request consumes; 0 checks without consuming.
     pub cost: u64,

@@ -174,7 +174,8 @@ function renderConfig(c) {
   const body = $("rules").tBodies[0];
   body.replaceChildren();
   for (const domain of c.domains) {
-    const file = domain.files.join(", ");
+    // A runtime domain has no file: its origin is the API and its version.
+    const file = domain.origin === "runtime" ? "runtime (version " + domain.version + ")" : domain.files.join(", ");
     const walk = (descriptors, path) => {
       for (const d of descriptors) {
         const here = path.concat(d.value !== undefined ? d.key + "=" + d.value : d.key);
@@ -189,6 +190,13 @@ function renderConfig(c) {
       }
     };
     walk(domain.descriptors, []);
+  }
+  const runtime = c.runtime;
+  $("runtime").hidden = !runtime;
+  if (runtime) {
+    const stale = runtime.stale ? ", STALE: " + (runtime.error || "cannot read them") : "";
+    $("runtime-summary").textContent = runtime.keys + " per-key limits, " + runtime.domains +
+      " domains, version " + runtime.version + ", kept in " + runtime.home + stale;
   }
   if (c.domains.length === 0) {
     const row = el("tr");
