@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use slidegate::{Rate, Rule};
+use slidegate::{Algorithm, Rate, Rule};
 
 use super::error::{ConfigError, PATH_CHARS, WORD_CHARS, quoted};
 use super::files::read_sources;
@@ -288,7 +288,18 @@ fn limit_of(
         Enforcement::Blocked
     } else {
         let rate = Rate::new(rl.requests_per_unit, unit.duration()).map_err(|e| e.to_string())?;
-        let rule = Rule::new(rate).with_algorithm(rl.algorithm);
+        // A burst with no algorithm named is a gcra rule, the one
+        // algorithm with a burst (as in the rule grammar).
+        let algorithm = match (rl.algorithm, rl.burst) {
+            (Some(algorithm), _) => algorithm,
+            (None, Some(_)) => Algorithm::Gcra,
+            (None, None) => Algorithm::SlidingLog,
+        };
+        let rule = Rule::new(rate).with_algorithm(algorithm);
+        let rule = match rl.burst {
+            Some(burst) => rule.with_burst(burst).map_err(|e| e.to_string())?,
+            None => rule,
+        };
         let rule = if rl.report { rule.reporting() } else { rule };
         let rule = match rl.block_for {
             Some(block) => rule.block_for(block).map_err(|e| e.to_string())?,
@@ -296,8 +307,12 @@ fn limit_of(
         };
         Enforcement::Rule(rule)
     };
-    if (rl.report || rl.block_for.is_some()) && !matches!(enforcement, Enforcement::Rule(_)) {
-        return Err("'report' and 'block_for' need a rate limit (not unlimited, not 0)".into());
+    if (rl.report || rl.block_for.is_some() || rl.burst.is_some())
+        && !matches!(enforcement, Enforcement::Rule(_))
+    {
+        return Err(
+            "'report', 'block_for' and 'burst' need a rate limit (not unlimited, not 0)".into(),
+        );
     }
     Ok(Limit {
         id,

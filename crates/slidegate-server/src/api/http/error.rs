@@ -78,6 +78,10 @@ pub enum ErrorCode {
     /// `block_ms` is not a whole number of milliseconds from 0 to
     /// `--max-adhoc-window`.
     InvalidBlock,
+    /// `burst` is not a whole number from 1 to `--max-adhoc-limit`, is
+    /// given with another algorithm than `gcra`, or would take more than
+    /// 10 years to refill (`burst × window / limit`).
+    InvalidBurst,
     /// The request asked to wait (`max_wait_ms`), and as many requests as
     /// `--max-waiting` allows are already waiting: answered 503 at once,
     /// nothing recorded. Try again, or without waiting.
@@ -225,6 +229,7 @@ impl From<slidegate::Error> for ApiError {
             E::UnknownAlgorithm(_) => ErrorCode::UnknownAlgorithm,
             E::CostExceedsLimit { .. } => ErrorCode::CostExceedsLimit,
             E::InvalidBlock { .. } => ErrorCode::InvalidBlock,
+            E::InvalidBurst { .. } => ErrorCode::InvalidBurst,
             E::ReportCannotWait => ErrorCode::ConflictingFields,
             E::InvalidKey(_) | E::CrossSlot { .. } => ErrorCode::InvalidKey,
             E::NoRules => ErrorCode::InvalidRules,
