@@ -17,11 +17,13 @@ mod check;
 mod serve;
 mod store;
 mod values;
+mod xds;
 
 pub use bench::BenchArgs;
 pub use check::CheckArgs;
 pub use serve::{BoundsArgs, ConnectionArgs, ServeArgs};
 pub use store::StoreArgs;
+pub use xds::XdsArgs;
 
 use crate::commands::validate_config::ValidateOptions;
 use crate::commands::{Command as Run, Invocation};
@@ -72,7 +74,7 @@ pub enum Command {
     /// Stops gracefully on SIGTERM or Ctrl-C: it stops accepting
     /// connections, answers the requests in flight (for at most
     /// --shutdown-grace), closes what is left, then exits 0.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Take one decision and print it as JSON (the body of `POST /v1/acquire`).
     ///
     /// Exits 0 whether the request is allowed or denied (read `allowed`),
@@ -133,7 +135,7 @@ impl Cli {
         Invocation {
             log_format: self.log_format.into(),
             command: match self.command {
-                Command::Serve(args) => Run::Serve(Box::new(args.into())),
+                Command::Serve(args) => Run::Serve(Box::new((*args).into())),
                 Command::Check(args) => Run::Check(args.into()),
                 Command::Bench(args) => Run::Bench(args.into()),
                 Command::ValidateConfig(args) => Run::ValidateConfig(ValidateOptions {

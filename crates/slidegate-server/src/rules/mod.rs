@@ -18,6 +18,7 @@ mod limit;
 mod matcher;
 mod reload;
 mod set;
+pub mod xds;
 mod yaml;
 mod yaml_tree;
 

@@ -37,6 +37,10 @@ pub struct LoadOptions {
     pub merge_domains: bool,
 }
 
+/// How the name of a control plane's resource starts where a file's name
+/// would be.
+pub(crate) const XDS_PREFIX: &str = "xds:";
+
 /// The generation of the next config made.
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
 
@@ -61,6 +65,36 @@ impl RateLimitConfig {
         for (name, text) in sources {
             let file = yaml::parse_file(name, text)?;
             config.add_file(name, file, options)?;
+        }
+        Ok(config)
+    }
+
+    /// Loads configs given as `(name, text)` pairs, then the domains a
+    /// control plane sends (`xds`, each named `xds:NAME`). A domain comes
+    /// from the files or from the control plane, never both: one in both
+    /// is an error (whichever changed last is refused).
+    pub(crate) fn with_xds(
+        sources: &[(String, String)],
+        xds: &[(String, FileSpec)],
+        options: LoadOptions,
+    ) -> Result<RateLimitConfig, ConfigError> {
+        let mut config = RateLimitConfig::from_sources(sources, options)?;
+        for (name, spec) in xds {
+            if let Some(files) = config.files.get(&spec.domain)
+                && files.iter().any(|file| !file.starts_with(XDS_PREFIX))
+            {
+                return Err(ConfigError {
+                    file: name.clone(),
+                    line: None,
+                    column: None,
+                    message: format!(
+                        "domain {} is defined in the config file {} too: a domain comes from the files or from the control plane, not both",
+                        quoted(&spec.domain, PATH_CHARS),
+                        quoted(&files.join(", "), PATH_CHARS)
+                    ),
+                });
+            }
+            config.add_file(name, spec.clone(), options)?;
         }
         Ok(config)
     }
