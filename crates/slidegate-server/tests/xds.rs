@@ -488,14 +488,8 @@ async fn rules_follow_the_control_plane_acked_nacked_and_kept_while_it_is_away()
 /// variables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoyproxy_ratelimits_environment_subscribes_a_server_without_files() {
-    let plane = ControlPlane::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Snapshot {
-            version: "e1".into(),
-            configs: vec![apps(2, 1_000)],
-        },
-    )
-    .await;
+    // A control plane with nothing to send yet.
+    let plane = ControlPlane::start("127.0.0.1:0".parse().unwrap(), Snapshot::default()).await;
     let url = plane.addr.to_string();
     let server = Slidegate::start_with_env(
         &[],
@@ -511,10 +505,25 @@ async fn envoyproxy_ratelimits_environment_subscribes_a_server_without_files() {
             ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "100ms"),
         ],
     );
+    // Not ready until its rules come: no traffic to a server whose limits
+    // are unknown.
+    let start = Instant::now();
+    while plane.requests().is_empty() {
+        assert!(start.elapsed() < WITHIN, "the server never subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ready = common::get(server.http, "/readyz").await;
+    assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(ready.json()["error"]["code"], "rules_pending");
+    plane.publish("e1", vec![apps(2, 1_000)]);
     let ack = plane.answer_to("e1").await;
     assert_eq!(
         (ack.version_info.as_str(), ack.error_detail.as_ref()),
         ("e1", None)
+    );
+    assert_eq!(
+        common::get(server.http, "/readyz").await.status,
+        StatusCode::OK
     );
     let node = plane.requests()[0].node.clone().expect("the node is named");
     assert_eq!(node.id, "gateway-ratelimit");

@@ -34,6 +34,9 @@ pub struct CurrentConfig {
 struct Inner {
     config: ArcSwap<RateLimitConfig>,
     last_refused: Mutex<Option<RefusedReload>>,
+    /// Why the rules in force are not all there yet (a control plane
+    /// that has not answered), if so.
+    pending: Mutex<Option<String>>,
 }
 
 impl CurrentConfig {
@@ -43,6 +46,7 @@ impl CurrentConfig {
             inner: Arc::new(Inner {
                 config: ArcSwap::from_pointee(config),
                 last_refused: Mutex::default(),
+                pending: Mutex::default(),
             }),
         }
     }
@@ -56,6 +60,27 @@ impl CurrentConfig {
     /// The config in force, kept as long as wanted.
     pub fn load_full(&self) -> Arc<RateLimitConfig> {
         self.inner.config.load_full()
+    }
+
+    /// Marks the rules as incomplete until a source answers (`why`), or
+    /// complete (`None`): `/readyz` answers 503 meanwhile, so that no
+    /// traffic is sent to a server whose limits have not come.
+    pub fn set_pending(&self, why: Option<String>) {
+        *self
+            .inner
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = why;
+    }
+
+    /// Why the rules are incomplete, if they are (see
+    /// [`set_pending`](CurrentConfig::set_pending)).
+    pub fn pending(&self) -> Option<String> {
+        self.inner
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Puts `config` in force.

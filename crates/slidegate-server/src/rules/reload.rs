@@ -131,7 +131,11 @@ impl LiveConfig {
         options: LoadOptions,
         allow_empty: bool,
     ) -> Result<LiveConfig, ConfigError> {
-        LiveConfig::open_with(paths, options, allow_empty, true)
+        let live = LiveConfig::open_with(paths, options, allow_empty, true)?;
+        live.current.set_pending(Some(
+            "the control plane has not sent its rules yet (xDS)".to_owned(),
+        ));
+        Ok(live)
     }
 
     fn open_with(
@@ -294,6 +298,7 @@ impl LiveConfig {
         };
         let domains = sorted_domains(&config);
         self.current.store(config);
+        self.current.set_pending(None);
         in_force.xds = xds;
         metrics::counter!("slidegate_config_reloads_total", "result" => "xds_ok").increment(1);
         tracing::info!(

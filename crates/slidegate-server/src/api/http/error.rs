@@ -88,6 +88,9 @@ pub enum ErrorCode {
     TooManyWaiting,
     /// The store failed or could not be reached.
     StoreUnavailable,
+    /// `/readyz`: a source of rules (the xDS control plane) has not sent
+    /// them yet, so the limits of its domains are not known.
+    RulesPending,
     /// A bug or a misconfiguration of the service, never bad input.
     InternalError,
 }
@@ -104,7 +107,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ErrorCode::KeyConflict => StatusCode::CONFLICT,
-            ErrorCode::StoreUnavailable | ErrorCode::TooManyWaiting => {
+            ErrorCode::StoreUnavailable | ErrorCode::TooManyWaiting | ErrorCode::RulesPending => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
