@@ -347,6 +347,12 @@ async fn rules_follow_the_control_plane_acked_nacked_and_kept_while_it_is_away()
         ("test-node", "test-cluster")
     );
     assert_eq!(passes(server.http, "apps", "probe", 10).await, 3);
+    let config = common::get(server.http, "/v1/config").await;
+    let shown = String::from_utf8_lossy(&config.body).into_owned();
+    assert!(
+        shown.contains("xds:apps") && shown.contains("files.yaml"),
+        "/v1/config names each domain's source: {shown}"
+    );
     assert_eq!(
         passes(server.http, "files", "probe", 10).await,
         2,
