@@ -386,7 +386,19 @@ async fn rules_follow_the_control_plane_acked_nacked_and_kept_while_it_is_away()
             }
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Enough answers on each side of the update, however loaded the
+    // machine.
+    let at_least = |n: u64| {
+        let answered = Arc::clone(&answered);
+        async move {
+            let start = Instant::now();
+            while answered.load(Ordering::Relaxed) < n {
+                assert!(start.elapsed() < WITHIN, "the load is stuck");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    at_least(20).await;
     let before = answered.load(Ordering::Relaxed);
     plane.publish("v2", vec![apps(6, 2_000_000)]);
     let ack = plane.answer_to("v2").await;
@@ -394,7 +406,7 @@ async fn rules_follow_the_control_plane_acked_nacked_and_kept_while_it_is_away()
         (ack.version_info.as_str(), ack.error_detail.as_ref()),
         ("v2", None)
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    at_least(answered.load(Ordering::Relaxed) + 20).await;
     running.store(false, Ordering::Relaxed);
     load.await.expect("the load runs");
     let during = answered.load(Ordering::Relaxed) - before;
