@@ -17,6 +17,7 @@ on_every_store!(
     waits_and_windows_are_whole_seconds_rounded_up,
     cost_consumes_that_many_units_and_zero_consumes_none,
     each_algorithm_keeps_its_own_state,
+    a_burst_passes_at_once_then_the_rate_answering_the_rates_limit,
     several_rules_pass_or_fail_together_and_are_listed_in_the_headers,
     peek_reports_usage_without_consuming,
     peek_of_an_exhausted_key_is_200_with_allowed_false,
@@ -136,6 +137,64 @@ async fn each_algorithm_keeps_its_own_state(kind: StoreKind) {
         assert_eq!(first.status, StatusCode::OK, "{algorithm}");
         let second = server.post_json("/v1/acquire", &body(algorithm)).await;
         assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS, "{algorithm}");
+    }
+}
+
+async fn a_burst_passes_at_once_then_the_rate_answering_the_rates_limit(kind: StoreKind) {
+    let server = TestServer::on(kind).await;
+    // 10 a minute (one per 6 s), up to 50 at once; a burst alone is gcra.
+    let body = json!({"key": "bucket", "limit": 10, "window_ms": 60_000, "burst": 50}).to_string();
+    let first = server.post_json("/v1/acquire", &body).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.json()["limit"], 10);
+    assert_eq!(first.json()["remaining"], 49);
+    assert_eq!(first.json()["reset_after_ms"], 6_000);
+    for remaining in (0..49).rev() {
+        let reply = server.post_json("/v1/acquire", &body).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.json()["remaining"], remaining);
+    }
+    let denied = server.post_json("/v1/acquire", &body).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    let retry_ms = denied.json()["retry_after_ms"].as_u64().unwrap();
+    assert!((5_000..=6_000).contains(&retry_ms), "{retry_ms}");
+    assert!(denied.json()["reset_after_ms"].as_u64().unwrap() > 299_000);
+    // The same state seen through a peek that names the burst.
+    let peek = server
+        .get("/v1/keys/bucket?limit=10&window_ms=60000&algorithm=gcra&burst=50")
+        .await;
+    assert_eq!(peek.json()["remaining"], 0);
+    let other = server
+        .get("/v1/keys/bucket?limit=10&window_ms=60000&algorithm=gcra")
+        .await;
+    assert_eq!(
+        other.json()["remaining"],
+        10,
+        "another burst is another state"
+    );
+    // Per rule, beside a rule without one: both must pass.
+    let rules = json!({"key": "pair", "rules": [
+        {"limit": 10, "window_ms": 60_000, "algorithm": "gcra", "burst": 3},
+        {"limit": 100, "window_ms": 60_000}
+    ]})
+    .to_string();
+    for _ in 0..3 {
+        let reply = server.post_json("/v1/acquire", &rules).await;
+        assert_eq!(reply.status, StatusCode::OK);
+    }
+    let denied = server.post_json("/v1/acquire", &rules).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    for bad in [
+        json!({"key": "k", "limit": 10, "window_ms": 1000, "algorithm": "sliding_log", "burst": 5}),
+        json!({"key": "k", "limit": 10, "window_ms": 1000, "burst": 0}),
+        json!({"key": "k", "limit": 10, "window_ms": 1000, "burst": "5"}),
+        json!({"key": "k", "limit": 10, "window_ms": 1000, "burst": 1_000_001}),
+        json!({"key": "k", "algorithm": "fixed_window", "rules": [
+            {"limit": 10, "window_ms": 1000, "burst": 5}]}),
+    ] {
+        let reply = server.post_json("/v1/acquire", &bad.to_string()).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(reply.json()["error"]["code"], "invalid_burst", "{bad}");
     }
 }
 

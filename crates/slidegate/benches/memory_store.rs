@@ -37,8 +37,20 @@ fn quota() -> Quota {
     Quota::per_second(NonZeroU32::new(100).expect("non-zero"))
 }
 
+/// 100 a second: the sliding log, or `MEMORY_ALGORITHM` (`gcra`, …), with
+/// a burst of `MEMORY_BURST` if given (gcra only).
 fn rule() -> Rule {
-    Rule::parse("100/1s").expect("valid rule")
+    let mut rule = Rule::parse("100/1s").expect("valid rule");
+    if let Ok(name) = std::env::var("MEMORY_ALGORITHM") {
+        rule = rule.with_algorithm(name.parse().expect("MEMORY_ALGORITHM names an algorithm"));
+    }
+    if let Some(burst) = std::env::var("MEMORY_BURST")
+        .ok()
+        .and_then(|b| b.parse().ok())
+    {
+        rule = rule.with_burst(burst).expect("MEMORY_BURST fits the rule");
+    }
+    rule
 }
 
 /// xorshift64*: a few instructions per key, so the benchmark measures the

@@ -34,6 +34,24 @@ pub enum Error {
         /// The longest window slidegate accepts.
         max: Duration,
     },
+    /// A rule's text (see [the rule grammar](crate::Rule#the-rule-grammar))
+    /// that is not a rule.
+    #[error("invalid rule {input:?}: {reason}")]
+    InvalidRule {
+        /// The text that was given.
+        input: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A [burst](crate::Rule::with_burst) for another algorithm than
+    /// `gcra`, out of range, or that would take too long to refill.
+    #[error("invalid burst {got}: {reason}")]
+    InvalidBurst {
+        /// The burst that was given.
+        got: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An algorithm name that is not one of the four.
     #[error(
         "unknown algorithm {0:?} (expected sliding_log, sliding_counter, fixed_window or gcra)"

@@ -2,6 +2,7 @@
 //! algorithms that may enforce one, and the rules that pair the two.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -173,7 +174,7 @@ fn parse_window_micros(window: &str) -> std::result::Result<u64, &'static str> {
 /// | `sliding_log` (default) | yes: no interval of length W ever holds more than L | one entry per admission inside the window |
 /// | `sliding_counter` | approximate: weights the previous fixed window | O(1) |
 /// | `fixed_window` | per clock-aligned window only (up to 2L across a boundary) | O(1) |
-/// | `gcra` | a meter: bursts of L, then one per W/L | O(1) |
+/// | `gcra` | a meter: bursts of L (or of its [burst](Rule::with_burst)), then one per W/L | O(1) |
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub enum Algorithm {
     /// Exact sliding log (the default).
@@ -226,8 +227,8 @@ impl FromStr for Algorithm {
 }
 
 /// A rate together with the algorithm that enforces it: the unit a store
-/// keeps state for. Two rules are the same state if their limit, window
-/// and algorithm are equal ([`same_state`](Rule::same_state)); their
+/// keeps state for. Two rules are the same state if their limit, window,
+/// algorithm and burst are equal ([`same_state`](Rule::same_state)); their
 /// options ([`reporting`](Rule::reporting), [`block_for`](Rule::block_for))
 /// say how a hit is counted and what a denial does, not which state it
 /// counts on.
@@ -242,16 +243,34 @@ impl FromStr for Algorithm {
 /// // A login: 5 attempts per 15 minutes, then locked out for an hour.
 /// let login = Rule::parse("5/15m")?.block_for(Duration::from_secs(3600))?;
 /// assert!(login.same_state(&Rule::parse("5/15m")?));
+/// // A token bucket of 50 refilled at 10 per second.
+/// let bucket = Rule::parse("10/1s")?.with_algorithm(Algorithm::Gcra).with_burst(50)?;
+/// assert_eq!(bucket, Rule::parse("10/1s burst 50")?);
+/// assert_eq!(bucket.to_string(), "10/1s gcra burst 50");
 /// # Ok::<(), slidegate::Error>(())
 /// ```
+///
+/// # The rule grammar
+///
+/// [`Rule::parse`] and `str::parse` read what `Display` writes: a rate,
+/// then in any order an algorithm name, `burst N`, `report`, `block_for
+/// DURATION`, each at most once (`"5/15m block_for 1h"`, `"10/1s gcra
+/// burst 50"`). A burst without an algorithm named is a `gcra` rule, the
+/// one algorithm with a burst.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rule {
-    limit: u64,
+    /// Never 0 (a rate's limit): `Option<Rule>` takes no more room than a
+    /// rule, which keeps the memory store's first rules in its shard's
+    /// cache lines.
+    limit: NonZeroU64,
     /// The window in µs (below 2^49) shifted left by 2, the algorithm's
     /// index in the low bits.
     window_and_algorithm: u64,
     /// The block (µs) shifted left by 1, the report flag in the low bit.
     options: u64,
+    /// A GCRA rule's bucket size when it is not the limit; 0 otherwise
+    /// (so a burst equal to the limit is the same rule as none).
+    burst: u64,
 }
 
 impl std::fmt::Debug for Rule {
@@ -259,6 +278,9 @@ impl std::fmt::Debug for Rule {
         let mut out = f.debug_struct("Rule");
         out.field("rate", &self.rate())
             .field("algorithm", &self.algorithm());
+        if self.burst != 0 {
+            out.field("burst", &self.burst);
+        }
         if self.reports() {
             out.field("report", &true);
         }
@@ -273,18 +295,21 @@ impl Rule {
     /// A rule enforcing `rate` with the exact sliding log.
     pub fn new(rate: Rate) -> Rule {
         Rule {
-            limit: rate.limit,
+            limit: NonZeroU64::new(rate.limit).unwrap_or(NonZeroU64::MIN),
             window_and_algorithm: rate.window_us << 2,
             options: 0,
+            burst: 0,
         }
     }
 
-    /// Parses the rate (`"100/1m"`) of a sliding-log rule.
-    pub fn parse(rate: &str) -> Result<Rule> {
-        Ok(Rule::new(rate.parse()?))
+    /// Parses a rule in [the rule grammar](Rule#the-rule-grammar): a rate
+    /// alone (`"100/1m"`) is a sliding-log rule.
+    pub fn parse(text: &str) -> Result<Rule> {
+        parse_rule(text)
     }
 
-    /// The same rate under another algorithm.
+    /// The same rate under another algorithm. A burst belongs to `gcra`:
+    /// a rule moved to another algorithm loses it.
     pub fn with_algorithm(self, algorithm: Algorithm) -> Rule {
         let index = Algorithm::ALL
             .iter()
@@ -292,15 +317,72 @@ impl Rule {
             .unwrap_or(0) as u64;
         Rule {
             window_and_algorithm: (self.window_and_algorithm & !3) | index,
+            burst: if algorithm == Algorithm::Gcra {
+                self.burst
+            } else {
+                0
+            },
             ..self
         }
+    }
+
+    /// The same `gcra` rule with a bucket of `burst` units, refilled at
+    /// the rate (`limit / window`): `burst` pass at once from a full
+    /// bucket, then one every `window / limit`, and no interval of length
+    /// `t` ever admits more than `burst + limit · t / window`. Without a
+    /// burst the bucket holds `limit`. A burst is part of the rule's state
+    /// ([`same_state`](Rule::same_state)).
+    ///
+    /// Fails with [`Error::InvalidBurst`] for another algorithm, for 0 or
+    /// more than [`Rate::MAX_LIMIT`], and for a bucket that would take
+    /// more than [`Rate::MAX_WINDOW`] to refill (`burst · window / limit`).
+    pub fn with_burst(self, burst: u64) -> Result<Rule> {
+        let invalid = |reason: String| Err(Error::InvalidBurst { got: burst, reason });
+        if self.algorithm() != Algorithm::Gcra {
+            return invalid(format!(
+                "a burst applies to the gcra algorithm only, and this rule uses {}",
+                self.algorithm()
+            ));
+        }
+        if burst == 0 || burst > Rate::MAX_LIMIT {
+            return invalid(format!("it must be between 1 and {}", Rate::MAX_LIMIT));
+        }
+        let refill_us =
+            u128::from(burst) * u128::from(self.window_micros()) / u128::from(self.limit.get());
+        if refill_us > Rate::MAX_WINDOW.as_micros() {
+            return invalid(
+                "refilling it (burst × window / limit) would take more than 10 years".to_owned(),
+            );
+        }
+        Ok(Rule {
+            burst: if burst == self.limit.get() { 0 } else { burst },
+            ..self
+        })
+    }
+
+    /// The most units that may pass at once: the [burst](Rule::with_burst)
+    /// of a `gcra` rule given one, else the limit. `remaining` runs from 0
+    /// to this.
+    #[inline]
+    pub fn burst(&self) -> u64 {
+        if self.burst == 0 {
+            self.limit.get()
+        } else {
+            self.burst
+        }
+    }
+
+    /// True when the rule has a [burst](Rule::with_burst) other than its limit.
+    #[inline]
+    pub fn has_burst(&self) -> bool {
+        self.burst != 0
     }
 
     /// The rate.
     #[inline]
     pub fn rate(&self) -> Rate {
         Rate {
-            limit: self.limit,
+            limit: self.limit.get(),
             window_us: self.window_micros(),
         }
     }
@@ -314,7 +396,7 @@ impl Rule {
     /// The rate's limit.
     #[inline]
     pub fn limit(&self) -> u64 {
-        self.limit
+        self.limit.get()
     }
 
     /// The rate's window in microseconds.
@@ -349,7 +431,8 @@ impl Rule {
     }
 
     /// The most one hit (or the hits of one decision on one state) may
-    /// cost under this rule: its limit, which a larger cost could never
+    /// cost under this rule: its [burst](Rule::burst) (the limit, unless a
+    /// `gcra` rule has a burst of its own), which a larger cost could never
     /// pass, or for a rule that [reports](Rule::reporting) usage, which
     /// may exceed the limit, [`Rate::MAX_LIMIT`].
     #[inline]
@@ -357,7 +440,7 @@ impl Rule {
         if self.reports() {
             Rate::MAX_LIMIT
         } else {
-            self.limit
+            self.burst()
         }
     }
 
@@ -417,18 +500,20 @@ impl Rule {
         self.options != 0
     }
 
-    /// The rule without its options: limit, window and algorithm, what
-    /// names its state.
+    /// The rule without its options: limit, window, algorithm and burst,
+    /// what names its state.
     #[inline]
     pub fn without_options(self) -> Rule {
         Rule { options: 0, ..self }
     }
 
     /// True when both rules count on the same state (the same limit,
-    /// window and algorithm, whatever their options).
+    /// window, algorithm and burst, whatever their options).
     #[inline]
     pub fn same_state(&self, other: &Rule) -> bool {
-        self.limit == other.limit && self.window_and_algorithm == other.window_and_algorithm
+        self.limit == other.limit
+            && self.window_and_algorithm == other.window_and_algorithm
+            && self.burst == other.burst
     }
 }
 
@@ -439,12 +524,16 @@ impl From<Rate> for Rule {
 }
 
 impl fmt::Display for Rule {
-    /// `100/1m` for the sliding log, `100/1m gcra` otherwise, followed by
-    /// its options: `5/15m block_for 1h`, `100/1m report`.
+    /// `100/1m` for the sliding log, `100/1m gcra` otherwise, then a
+    /// burst (`10/1s gcra burst 50`), followed by its options: `5/15m
+    /// block_for 1h`, `100/1m report`. [`Rule::parse`] reads it back.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.rate())?;
         if self.algorithm() != Algorithm::SlidingLog {
             write!(f, " {}", self.algorithm())?;
+        }
+        if self.burst != 0 {
+            write!(f, " burst {}", self.burst)?;
         }
         if self.reports() {
             f.write_str(" report")?;
@@ -459,6 +548,99 @@ impl fmt::Display for Rule {
             write!(f, " block_for {}", block.trim_start_matches("1/"))?;
         }
         Ok(())
+    }
+}
+
+impl FromStr for Rule {
+    type Err = Error;
+
+    fn from_str(text: &str) -> Result<Rule> {
+        Rule::parse(text)
+    }
+}
+
+/// [The rule grammar](Rule#the-rule-grammar): the rate is every word
+/// before the first keyword (a window may hold a space: `100/2 minutes`).
+fn parse_rule(text: &str) -> Result<Rule> {
+    let invalid = |reason: String| Error::InvalidRule {
+        input: text.to_owned(),
+        reason,
+    };
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let is_keyword = |word: &str| {
+        matches!(word, "burst" | "report" | "block_for") || word.parse::<Algorithm>().is_ok()
+    };
+    let rate_words = words
+        .iter()
+        .position(|w| is_keyword(w))
+        .unwrap_or(words.len());
+    if rate_words == words.len() {
+        // A rate alone: its own error, as before the grammar had options.
+        return Ok(Rule::new(text.parse()?));
+    }
+    let rate: Rate = words[..rate_words]
+        .join(" ")
+        .parse()
+        .map_err(|e: Error| invalid(e.to_string()))?;
+    let (mut algorithm, mut burst, mut report, mut block) = (None, None, false, None);
+    let mut rest = words[rate_words..].iter();
+    let twice = |word: &str| invalid(format!("{word} is given twice"));
+    while let Some(&word) = rest.next() {
+        let mut value = |what: &str| {
+            rest.next()
+                .copied()
+                .ok_or_else(|| invalid(format!("{word} needs {what}")))
+        };
+        match word {
+            "burst" => {
+                let n = value("a whole number, e.g. burst 50")?;
+                let n: u64 = n
+                    .parse()
+                    .map_err(|_| invalid(format!("burst {n:?} is not a whole number")))?;
+                if burst.replace(n).is_some() {
+                    return Err(twice(word));
+                }
+            }
+            "report" => {
+                if std::mem::replace(&mut report, true) {
+                    return Err(twice(word));
+                }
+            }
+            "block_for" => {
+                let d = value("a duration, e.g. block_for 1h")?;
+                let d = parse_window(d).map_err(|e| invalid(e.to_string()))?;
+                if block.replace(d).is_some() {
+                    return Err(twice(word));
+                }
+            }
+            other => match other.parse::<Algorithm>() {
+                Ok(named) if algorithm.replace(named).is_none() => {}
+                Ok(_) => return Err(invalid("the algorithm is given twice".to_owned())),
+                Err(_) => {
+                    return Err(invalid(format!(
+                        "unexpected {other:?} (expected an algorithm, burst N, report or block_for DURATION)"
+                    )));
+                }
+            },
+        }
+    }
+    // A burst alone names the one algorithm that has one.
+    let algorithm = algorithm.unwrap_or(if burst.is_some() {
+        Algorithm::Gcra
+    } else {
+        Algorithm::SlidingLog
+    });
+    let mut rule = Rule::new(rate).with_algorithm(algorithm);
+    if let Some(burst) = burst {
+        rule = rule.with_burst(burst)?;
+    }
+    if report {
+        rule = rule.reporting();
+    }
+    match block {
+        Some(block) if block.is_zero() => Err(invalid("block_for must be at least 1ms".to_owned())),
+        Some(block) => rule.block_for(block),
+        None => Ok(rule),
     }
 }
 

@@ -256,3 +256,46 @@ fn every_algorithm_and_option_keeps_its_promise_under_eight_threads() {
     }
     exactness::assert_kept(&cases, &seen);
 }
+
+/// A token bucket of 50 refilled at 10 per second, asked by eight threads
+/// at once at each of a few frozen times: exactly 50 pass at once, then
+/// exactly the units refilled since (10 per second, 5 per half second),
+/// and a bucket left alone for its refill time (5 s) is full again.
+#[test]
+fn a_burst_of_50_passes_at_once_then_10_per_second_under_eight_threads() {
+    const THREADS: usize = 8;
+    let rule = Rule::parse("10/1s burst 50").expect("a valid rule");
+    let start = contention::START;
+    let clock = ManualClock::at(start);
+    let store: MemoryStore<String, ManualClock> = MemoryStore::builder()
+        .clock(clock.clone())
+        .shards(4)
+        .build();
+    // (time since start in ms, units that must pass then).
+    let steps = [(0, 50), (1_000, 10), (1_500, 5), (1_500, 0), (9_000, 50)];
+    for (ms, want) in steps {
+        clock.set(start + ms * 1_000);
+        let passed: u64 = (0..THREADS)
+            .map(|_| {
+                let store = store.clone();
+                thread::spawn(move || {
+                    (0..20)
+                        .filter(|_| {
+                            store
+                                .acquire("bucket", &[rule], 1)
+                                .expect("a decision")
+                                .allowed()
+                        })
+                        .count() as u64
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|t| t.join().expect("a thread ran"))
+            .sum();
+        assert_eq!(passed, want, "at +{ms} ms");
+    }
+    let d = store.acquire("bucket", &[rule], 0).expect("a probe");
+    assert_eq!((d.limit(), d.remaining()), (10, 0));
+    assert_eq!(d.reset_after(), Duration::from_secs(5));
+}

@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::boundary::next_boundary;
+use common::burst::{burst, with_burst};
 use common::cost::{Cost, cost};
 use common::reference::Reference;
 use proptest::prelude::*;
@@ -52,8 +53,10 @@ fn rule() -> impl Strategy<Value = Rule> {
     let limit = prop_oneof![4 => 1u64..=8, 1 => Just(100u64), 1 => Just(1_000_000_000u64)];
     let window_us = prop_oneof![1_000u64..=5_000, 1_000u64..=3_000_000, Just(1_000_000u64)];
     let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
-    (limit, window_us, algorithm).prop_map(|(l, w, a)| {
-        Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate")).with_algorithm(a)
+    (limit, window_us, algorithm, burst()).prop_map(|(l, w, a, b)| {
+        let rule = Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate"))
+            .with_algorithm(a);
+        with_burst(rule, b)
     })
 }
 
@@ -128,7 +131,7 @@ proptest! {
                 }
                 Op::Acquire { key, rules: chosen, cost } => {
                     let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
-                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
                     let c = cost.resolve(limit);
                     let got = store.acquire(KEYS[*key], &rs, c);
                     let want = reference.acquire(clock_now(&clock), KEYS[*key], &rs, c);
@@ -137,7 +140,7 @@ proptest! {
                 Op::Batch(hits) => {
                     let resolved: Vec<(String, Rule, u64)> = hits
                         .iter()
-                        .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].limit())))
+                        .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].burst())))
                         .collect();
                     let batch: Vec<Hit<'_>> =
                         resolved.iter().map(|(k, r, c)| Hit::new(k.as_str(), *r, *c)).collect();
@@ -147,7 +150,7 @@ proptest! {
                 }
                 Op::Reserve { key, rules: chosen, cost, max_wait } => {
                     let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
-                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
                     let c = cost.resolve(limit);
                     let got = store
                         .reserve(KEYS[*key], &rs, c, Duration::from_micros(*max_wait))
@@ -158,7 +161,7 @@ proptest! {
                 Op::ReserveBatch { hits, max_wait } => {
                     let resolved: Vec<(String, Rule, u64)> = hits
                         .iter()
-                        .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].limit())))
+                        .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].burst())))
                         .collect();
                     let batch: Vec<Hit<'_>> =
                         resolved.iter().map(|(k, r, c)| Hit::new(k.as_str(), *r, *c)).collect();

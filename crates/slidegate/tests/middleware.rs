@@ -1055,3 +1055,52 @@ fn block_for_needs_a_rule_before_it() {
         Err(slidegate::middleware::BuildError::BlockForWithoutRule)
     ));
 }
+
+#[tokio::test]
+async fn a_burst_lets_a_gcra_policy_pass_that_many_at_once_then_its_rate() {
+    let (store, clock) = manual_store();
+    let layer = RateLimitLayer::builder(store, Key::peer_ip())
+        .policy("api", "10/s gcra")
+        .burst(50)
+        .headers_on_success(true)
+        .build()
+        .expect("layer");
+    let addr = support::serve(Router::new().route("/", get(ok)).layer(layer)).await;
+    let first = send(addr, empty(get_req("/"))).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.headers["ratelimit"], "\"api\";r=49;t=1");
+    for _ in 1..50 {
+        assert_eq!(send(addr, empty(get_req("/"))).await.status, StatusCode::OK);
+    }
+    let denied = send(addr, empty(get_req("/"))).await;
+    assert_eq!(denied.status, StatusCode::TOO_MANY_REQUESTS);
+    clock.advance(Duration::from_millis(1_000));
+    for _ in 0..10 {
+        assert_eq!(send(addr, empty(get_req("/"))).await.status, StatusCode::OK);
+    }
+    assert_eq!(
+        send(addr, empty(get_req("/"))).await.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[test]
+fn a_burst_needs_a_gcra_rule_before_it() {
+    use slidegate::middleware::BuildError;
+    let before = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+        .burst(5)
+        .rule("5/m gcra")
+        .build();
+    assert!(matches!(before, Err(BuildError::BurstWithoutRule)));
+    let sliding = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+        .rule("5/m")
+        .burst(50)
+        .build();
+    assert!(matches!(
+        sliding,
+        Err(BuildError::Rule {
+            index: 0,
+            source: slidegate::Error::InvalidBurst { got: 50, .. }
+        })
+    ));
+}

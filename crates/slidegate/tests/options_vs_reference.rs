@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::boundary::next_boundary;
+use common::burst::{burst, with_burst};
 use common::cost::{Cost, cost};
 use common::options::{Options, block, options, report_cost, resolve, with_options};
 use common::reference::Reference;
@@ -45,9 +46,9 @@ fn rule() -> impl Strategy<Value = (Rule, Duration)> {
     let limit = prop_oneof![4 => 1u64..=6, 1 => Just(100u64)];
     let window_us = prop_oneof![1_000u64..=5_000, 1_000u64..=3_000_000];
     let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
-    (limit, window_us, algorithm, block()).prop_map(|(l, w, a, b)| {
+    (limit, window_us, algorithm, block(), burst()).prop_map(|(l, w, a, b, size)| {
         let rate = Rate::new(l, Duration::from_micros(w)).expect("valid rate");
-        (Rule::new(rate).with_algorithm(a), b)
+        (with_burst(Rule::new(rate).with_algorithm(a), size), b)
     })
 }
 
@@ -128,7 +129,7 @@ proptest! {
                 }
                 Op::Reserve { key, rules: chosen, cost, max_wait } => {
                     let rs = asked(chosen);
-                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
                     let c = cost.resolve(limit);
                     let got = store
                         .reserve(KEYS[*key], &rs, c, Duration::from_micros(*max_wait))

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use common::burst::{burst, with_burst};
 use common::cost::{Cost, cost};
 use common::redis_server::RedisServer;
 use common::reference::Reference;
@@ -82,8 +83,10 @@ fn rule() -> impl Strategy<Value = Rule> {
     let limit = prop_oneof![4 => 1u64..=8, 1 => Just(100u64), 1 => Just(1_000_000_000u64)];
     let window_us = prop_oneof![1_000u64..=5_000, 1_000u64..=3_000_000, Just(1_000_000u64)];
     let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
-    (limit, window_us, algorithm).prop_map(|(l, w, a)| {
-        Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate")).with_algorithm(a)
+    (limit, window_us, algorithm, burst()).prop_map(|(l, w, a, b)| {
+        let rule = Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate"))
+            .with_algorithm(a);
+        with_burst(rule, b)
     })
 }
 
@@ -234,7 +237,7 @@ impl Harness {
                             cost,
                         } => {
                             let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
-                            let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                            let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
                             store
                                 .acquire(KEYS[key], &rs, cost.resolve(limit))
                                 .await
@@ -244,7 +247,7 @@ impl Harness {
                             let batch: Vec<Hit<'_>> = hits
                                 .iter()
                                 .map(|&(k, r, c)| {
-                                    Hit::new(KEYS[k], rules[r], c.resolve(rules[r].limit()))
+                                    Hit::new(KEYS[k], rules[r], c.resolve(rules[r].burst()))
                                 })
                                 .collect();
                             store.acquire_batch(&batch).await
@@ -277,7 +280,7 @@ fn decide(
             cost,
         } => {
             let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
-            let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+            let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
             reference
                 .acquire(now, KEYS[*key], &rs, cost.resolve(limit))
                 .map(|d| vec![d])
@@ -285,7 +288,7 @@ fn decide(
         Request::Batch(hits) => {
             let hits: Vec<(String, Rule, u64)> = hits
                 .iter()
-                .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].limit())))
+                .map(|&(k, r, c)| (KEYS[k].to_owned(), rules[r], c.resolve(rules[r].burst())))
                 .collect();
             reference.acquire_batch(now, &hits)
         }

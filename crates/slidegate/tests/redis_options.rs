@@ -13,6 +13,7 @@ mod common;
 use std::time::Duration;
 
 use common::boundary::next_boundary;
+use common::burst::{burst, with_burst};
 use common::cost::{Cost, cost};
 use common::options::{Options, block, options, report_cost, resolve, with_options};
 use common::redis_server::RedisServer;
@@ -60,9 +61,9 @@ fn rule() -> impl Strategy<Value = (Rule, Duration)> {
     let window_us =
         prop_oneof![3 => 1_000u64..=5_000, 3 => 1_000u64..=3_000_000, 1 => Just(3_600_000_000u64)];
     let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
-    (limit, window_us, algorithm, block()).prop_map(|(l, w, a, b)| {
+    (limit, window_us, algorithm, block(), burst()).prop_map(|(l, w, a, b, size)| {
         let rate = Rate::new(l, Duration::from_micros(w)).expect("valid rate");
-        (Rule::new(rate).with_algorithm(a), b)
+        (with_burst(Rule::new(rate).with_algorithm(a), size), b)
     })
 }
 
@@ -209,7 +210,7 @@ impl Harness {
                     max_wait,
                 } => {
                     let rs = asked(chosen);
-                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
                     let (key, c) = (keys[*key].as_str(), cost.resolve(limit));
                     let max_wait = Duration::from_micros(*max_wait);
                     let want = runtime.block_on(Store::reserve(&memory, key, &rs, c, max_wait));

@@ -722,3 +722,59 @@ async fn a_client_clock_keeps_keys_a_second_longer_by_default() {
         "PTTL {ttl}: 100 ms + the 1 s margin"
     );
 }
+
+/// A token bucket of 50 refilled at 10 per second, asked by 24 tasks
+/// through three stores at once at each of a few frozen times (a client
+/// clock): exactly 50 pass at once, then exactly the units refilled since,
+/// and a bucket left alone for its refill time is full again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_50_passes_at_once_then_10_per_second_from_three_stores() {
+    const TASKS: usize = 24;
+    let server = RedisServer::start();
+    let rule = Rule::parse("10/1s burst 50").expect("a valid rule");
+    let start = contention::START;
+    let clock = ManualClock::at(start);
+    let mut stores = Vec::new();
+    for _ in 0..3 {
+        let store = RedisStore::builder(server.url())
+            .client_clock(clock.clone())
+            .timeout(Duration::from_secs(5))
+            .build()
+            .await
+            .expect("the Redis store connects");
+        stores.push(store);
+    }
+    // (time since start in ms, units that must pass then).
+    let steps = [(0, 50), (1_000, 10), (1_500, 5), (1_500, 0), (9_000, 50)];
+    for (ms, want) in steps {
+        clock.set(start + ms * 1_000);
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let store = stores[t % 3].clone();
+                tokio::spawn(async move {
+                    let mut passed = 0u64;
+                    for _ in 0..6 {
+                        let d = store.acquire("bucket", &[rule], 1).await;
+                        passed += u64::from(d.expect("a decision").allowed());
+                    }
+                    passed
+                })
+            })
+            .collect();
+        let mut passed = 0;
+        for task in tasks {
+            passed += task.await.expect("a task ran");
+        }
+        assert_eq!(passed, want, "at +{ms} ms");
+    }
+    let d = stores[0]
+        .acquire("bucket", &[rule], 0)
+        .await
+        .expect("a probe");
+    assert_eq!((d.limit(), d.remaining()), (10, 0));
+    assert_eq!(d.reset_after(), Duration::from_secs(5));
+    // The state is the rule's own, burst included.
+    let mut conn = raw(&server).await;
+    let keys: Vec<String> = conn.keys("*bucket*").await.expect("KEYS");
+    assert_eq!(keys, ["slidegate:v2:{bucket}:10/1s:gcra:burst50"]);
+}

@@ -14,6 +14,7 @@ mod common;
 use std::time::Duration;
 
 use common::boundary::next_boundary;
+use common::burst::{burst, with_burst};
 use common::cost::{Cost, cost};
 use common::redis_server::RedisServer;
 use proptest::prelude::*;
@@ -91,8 +92,10 @@ fn rule() -> impl Strategy<Value = Rule> {
         1 => (max_window / 2)..=max_window,
     ];
     let algorithm = prop::sample::select(Algorithm::ALL.to_vec());
-    (limit, window_us, algorithm).prop_map(|(l, w, a)| {
-        Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate")).with_algorithm(a)
+    (limit, window_us, algorithm, burst()).prop_map(|(l, w, a, b)| {
+        let rule = Rule::new(Rate::new(l, Duration::from_micros(w)).expect("valid rate"))
+            .with_algorithm(a);
+        with_burst(rule, b)
     })
 }
 
@@ -251,7 +254,7 @@ impl Harness {
                     cost,
                 } => {
                     let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
-                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
                     acquire(&keys[*key], &rs, cost.resolve(limit), &what)?;
                 }
                 Op::Reserve {
@@ -261,7 +264,7 @@ impl Harness {
                     max_wait,
                 } => {
                     let rs: Vec<Rule> = chosen.iter().map(|&i| rules[i]).collect();
-                    let limit = rs.iter().map(|r| r.limit()).min().unwrap_or(1);
+                    let limit = rs.iter().map(|r| r.burst()).min().unwrap_or(1);
                     let (key, c) = (keys[*key].as_str(), cost.resolve(limit));
                     let max_wait = Duration::from_micros(*max_wait);
                     let want = runtime.block_on(Store::reserve(&memory, key, &rs, c, max_wait));
@@ -272,7 +275,7 @@ impl Harness {
                     let batch: Vec<Hit<'_>> = hits
                         .iter()
                         .map(|&(k, r, c)| {
-                            Hit::new(keys[k].as_str(), rules[r], c.resolve(rules[r].limit()))
+                            Hit::new(keys[k].as_str(), rules[r], c.resolve(rules[r].burst()))
                         })
                         .collect();
                     let max_wait = Duration::from_micros(*max_wait);
@@ -284,7 +287,7 @@ impl Harness {
                     let batch: Vec<Hit<'_>> = hits
                         .iter()
                         .map(|&(k, r, c)| {
-                            Hit::new(keys[k].as_str(), rules[r], c.resolve(rules[r].limit()))
+                            Hit::new(keys[k].as_str(), rules[r], c.resolve(rules[r].burst()))
                         })
                         .collect();
                     let want = runtime.block_on(Store::acquire_batch(&memory, &batch));

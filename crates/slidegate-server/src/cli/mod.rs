@@ -17,11 +17,13 @@ mod check;
 mod serve;
 mod store;
 mod values;
+mod xds;
 
 pub use bench::BenchArgs;
 pub use check::CheckArgs;
 pub use serve::{BoundsArgs, ConnectionArgs, ServeArgs};
 pub use store::StoreArgs;
+pub use xds::XdsArgs;
 
 use crate::commands::validate_config::ValidateOptions;
 use crate::commands::{Command as Run, Invocation};

@@ -7,6 +7,7 @@ use slidegate::Rate;
 
 use super::store::StoreArgs;
 use super::values::{ShownDuration, adhoc_window, any_duration, at_least_one, positive_duration};
+use super::xds::XdsArgs;
 use crate::api::envoy::headers::ResponseHeaders;
 use crate::api::http::waiting::DEFAULT_MAX_WAITING;
 use crate::bounds::RequestBounds;
@@ -142,6 +143,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "BYTES", env = "SLIDEGATE_MAX_RUNTIME_BODY_BYTES", default_value_t = DEFAULT_MAX_RUNTIME_BODY_BYTES)]
     pub max_runtime_body_bytes: usize,
 
+    /// Rules from a control plane over xDS.
+    #[command(flatten)]
+    pub xds: XdsArgs,
+
     /// How much one request may ask.
     #[command(flatten)]
     pub bounds: BoundsArgs,
@@ -194,6 +199,7 @@ impl From<ServeArgs> for ServeOptions {
             config: args.config,
             merge_domains: args.merge_domains,
             allow_empty_config: args.allow_empty_config,
+            xds: args.xds.options(),
             admin_token: args.admin_token,
             admin_token_file: args.admin_token_file,
             response_headers: args.response_headers.into(),

@@ -183,3 +183,51 @@ fn durations_are_read_by_one_parser() {
         .to_string();
     assert!(error.contains("'soon' is not a duration"), "{error}");
 }
+
+#[test]
+fn xds_is_asked_for_by_a_server_or_by_envoyproxy_ratelimits_config_type() {
+    assert_eq!(serve(&[]).unwrap().xds.options(), None);
+    let options = serve(&["--xds-server", "cp:18000"])
+        .unwrap()
+        .xds
+        .options()
+        .expect("--xds-server subscribes");
+    assert_eq!(
+        (
+            options.server.as_str(),
+            options.node_id.as_str(),
+            options.tls
+        ),
+        ("cp:18000", "default", None)
+    );
+    let options = serve(&["--config-type", "GRPC_XDS_SOTW"])
+        .unwrap()
+        .xds
+        .options()
+        .expect("GRPC_XDS_SOTW subscribes");
+    assert_eq!(options.server, "localhost:18000");
+    let file = serve(&["--config-type", "FILE", "--xds-server", "cp:18000"]).unwrap();
+    assert_eq!(file.xds.options(), None, "FILE never subscribes");
+    let tls = serve(&[
+        "--xds-server",
+        "cp:1",
+        "--xds-tls-ca",
+        "ca.pem",
+        "--xds-tls-san",
+        "cp",
+    ])
+    .unwrap()
+    .xds
+    .options()
+    .and_then(|o| o.tls)
+    .expect("a CA asks for TLS");
+    assert_eq!(
+        (tls.ca, tls.server_name),
+        (Some("ca.pem".into()), Some("cp".into()))
+    );
+    assert!(
+        serve(&["--xds-server", "cp:1", "--xds-tls-cert", "c.pem"]).is_err(),
+        "a certificate needs its key"
+    );
+    assert!(serve(&["--xds-node-metadata", "novalue"]).is_err());
+}

@@ -19,6 +19,7 @@ use crate::bounds::RequestBounds;
 use crate::net::grpc;
 use crate::net::http1::{self, DEFAULT_SHUTDOWN_GRACE};
 use crate::net::{ConnectionLimits, GrpcLimits};
+use crate::rules::xds::XdsOptions;
 use crate::rules::{CurrentConfig, LiveConfig, LoadOptions};
 use crate::runtime::{Home, RuntimeBounds, RuntimeLimits};
 use crate::store::{Backend, StoreOptions};
@@ -47,6 +48,8 @@ pub struct ServeOptions {
     pub merge_domains: bool,
     /// Accept a config with no domain, and reloads that remove domains.
     pub allow_empty_config: bool,
+    /// The control plane to take rules from over xDS, if any.
+    pub xds: Option<XdsOptions>,
     /// The admin token, given as such.
     pub admin_token: Option<String>,
     /// The file the admin token is read from.
@@ -96,16 +99,30 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
     let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;
-    let live = if args.config.is_empty() {
-        None
-    } else {
-        let options = LoadOptions {
-            merge_domains: args.merge_domains,
-        };
-        Some(Arc::new(
+    let options = LoadOptions {
+        merge_domains: args.merge_domains,
+    };
+    let live = match (&args.xds, args.config.is_empty()) {
+        (None, true) => None,
+        (None, false) => Some(
             LiveConfig::open(args.config.clone(), options, args.allow_empty_config)
                 .context("cannot load the rules")?,
-        ))
+        ),
+        (Some(_), _) => Some(
+            LiveConfig::open_for_xds(args.config.clone(), options, args.allow_empty_config)
+                .context("cannot load the rules")?,
+        ),
+    }
+    .map(Arc::new);
+    let _xds = match (&args.xds, &live) {
+        (Some(xds), Some(live)) => {
+            tracing::info!(server = %xds.server, node = %xds.node_id, "taking rules from the control plane over xDS");
+            Some(AbortOnDrop(tokio::spawn(crate::rules::xds::run(
+                xds.clone(),
+                Arc::clone(live),
+            ))))
+        }
+        _ => None,
     };
     let _watcher = match &live {
         Some(live) => Some(
@@ -173,6 +190,16 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
         .await
         .unwrap_or_else(|_| std::time::Instant::now());
     Ok(stopped_at + limits.shutdown_grace)
+}
+
+/// A task that ends with its handle: the xDS subscription stops with the
+/// server.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The bounds of both listeners and of a stop.

@@ -42,6 +42,9 @@ struct Inner {
     runtime: Mutex<Vec<RuntimeDomain>>,
     key_limits: LimitTable,
     last_refused: Mutex<Option<RefusedReload>>,
+    /// Why the rules in force are not all there yet (a control plane
+    /// that has not answered), if so.
+    pending: Mutex<Option<String>>,
 }
 
 impl CurrentConfig {
@@ -91,6 +94,27 @@ impl CurrentConfig {
     /// The config in force, kept as long as wanted.
     pub fn load_full(&self) -> Arc<RateLimitConfig> {
         self.inner.config.load_full()
+    }
+
+    /// Marks the rules as incomplete until a source answers (`why`), or
+    /// complete (`None`): `/readyz` answers 503 meanwhile, so that no
+    /// traffic is sent to a server whose limits have not come.
+    pub fn set_pending(&self, why: Option<String>) {
+        *self
+            .inner
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = why;
+    }
+
+    /// Why the rules are incomplete, if they are (see
+    /// [`set_pending`](CurrentConfig::set_pending)).
+    pub fn pending(&self) -> Option<String> {
+        self.inner
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Puts `config`, the files' rules, in force, with the runtime

@@ -162,6 +162,9 @@ fn limit_json(limit: &Limit) -> serde_json::Value {
         Enforcement::Blocked => json["blocked"] = true.into(),
         Enforcement::Rule(rule) => {
             json["algorithm"] = rule.algorithm().to_string().into();
+            if rule.has_burst() {
+                json["burst"] = rule.burst().into();
+            }
             if rule.reports() {
                 json["report"] = true.into();
             }

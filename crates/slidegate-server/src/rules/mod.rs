@@ -20,6 +20,7 @@ mod reload;
 mod runtime;
 mod runtime_domain;
 mod set;
+pub mod xds;
 mod yaml;
 mod yaml_tree;
 

@@ -35,6 +35,7 @@ use super::current::CurrentConfig;
 use super::error::ConfigError;
 use super::files::read_sources;
 use super::set::{LoadOptions, RateLimitConfig};
+use super::yaml::FileSpec;
 
 /// Counts of reload attempts, for metrics and tests.
 #[derive(Debug, Default)]
@@ -90,10 +91,20 @@ pub struct LiveConfig {
     options: LoadOptions,
     allow_empty: bool,
     current: CurrentConfig,
-    /// The sources of the rules in force; held through a reload, so two
-    /// reloads never interleave.
-    in_force: Mutex<Fingerprint>,
+    /// The sources of the rules in force; held through a reload (or a
+    /// control plane's update), so two changes never interleave.
+    in_force: Mutex<InForce>,
     counts: Arc<ReloadCounts>,
+}
+
+/// What the rules in force were made of: the files, and the domains a
+/// control plane sent (`xds/`), each rebuilt with the other's last good
+/// state when it changes.
+#[derive(Debug, Default)]
+struct InForce {
+    fingerprint: Fingerprint,
+    sources: Vec<(String, String)>,
+    xds: Vec<(String, FileSpec)>,
 }
 
 impl LiveConfig {
@@ -109,9 +120,33 @@ impl LiveConfig {
         options: LoadOptions,
         allow_empty: bool,
     ) -> Result<LiveConfig, ConfigError> {
+        LiveConfig::open_with(paths, options, allow_empty, false)
+    }
+
+    /// [`open`](LiveConfig::open) for a server whose control plane sends
+    /// rules too (`xds/`): the files may hold no domain at start, since
+    /// the control plane's come once it answers.
+    pub fn open_for_xds(
+        paths: Vec<PathBuf>,
+        options: LoadOptions,
+        allow_empty: bool,
+    ) -> Result<LiveConfig, ConfigError> {
+        let live = LiveConfig::open_with(paths, options, allow_empty, true)?;
+        live.current.set_pending(Some(
+            "the control plane has not sent its rules yet (xDS)".to_owned(),
+        ));
+        Ok(live)
+    }
+
+    fn open_with(
+        paths: Vec<PathBuf>,
+        options: LoadOptions,
+        allow_empty: bool,
+        empty_at_start: bool,
+    ) -> Result<LiveConfig, ConfigError> {
         let sources = read_sources(&paths)?;
         let config = RateLimitConfig::from_sources(&sources, options)?;
-        if config.domains().next().is_none() && !allow_empty {
+        if config.domains().next().is_none() && !allow_empty && !empty_at_start {
             return Err(ConfigError {
                 file: display_paths(&paths),
                 line: None,
@@ -126,7 +161,11 @@ impl LiveConfig {
             options,
             allow_empty,
             current: CurrentConfig::new(config),
-            in_force: Mutex::new(Fingerprint::of(&sources)),
+            in_force: Mutex::new(InForce {
+                fingerprint: Fingerprint::of(&sources),
+                sources,
+                xds: Vec::new(),
+            }),
             counts: Arc::default(),
         })
     }
@@ -148,13 +187,13 @@ impl LiveConfig {
         let paths = display_paths(&self.paths);
         let loaded = read_sources(&self.paths).and_then(|sources| {
             let fingerprint = Fingerprint::of(&sources);
-            if fingerprint == *in_force {
+            if fingerprint == in_force.fingerprint {
                 return Ok(None);
             }
-            let config = RateLimitConfig::from_sources(&sources, self.options)?;
-            Ok(Some((config, fingerprint)))
+            let config = RateLimitConfig::with_xds(&sources, &in_force.xds, self.options)?;
+            Ok(Some((config, fingerprint, sources)))
         });
-        let (config, fingerprint) = match loaded {
+        let (config, fingerprint, sources) = match loaded {
             Ok(Some(loaded)) => loaded,
             Ok(None) => {
                 self.counts.unchanged.fetch_add(1, Ordering::Relaxed);
@@ -211,11 +250,65 @@ impl LiveConfig {
             return Ok(ReloadOutcome::Refused { removed });
         }
         self.current.store(config);
-        *in_force = fingerprint;
+        in_force.fingerprint = fingerprint;
+        in_force.sources = sources;
         self.counts.ok.fetch_add(1, Ordering::Relaxed);
         metrics::counter!("slidegate_config_reloads_total", "result" => "ok").increment(1);
         tracing::info!(%paths, result = "ok", domains = ?domains, removed = ?removed, "config reloaded");
         Ok(ReloadOutcome::Applied)
+    }
+
+    /// Puts a control plane's domains in force beside the files' (see
+    /// `xds/`): `xds` is its whole state (state of the world), `version`
+    /// its version, for the logs. Refused, the rules in force unchanged,
+    /// when a resource is bad, names a domain a file defines, or would
+    /// leave no domain at all (unless `--allow-empty-config`).
+    pub(crate) fn apply_xds(
+        &self,
+        version: &str,
+        xds: Vec<(String, FileSpec)>,
+    ) -> Result<(), ConfigError> {
+        let mut in_force = self.in_force.lock().unwrap_or_else(PoisonError::into_inner);
+        let config = RateLimitConfig::with_xds(&in_force.sources, &xds, self.options)
+            .and_then(|config| {
+                if config.domains().next().is_none() && !self.allow_empty {
+                    return Err(ConfigError {
+                        file: "xds".into(),
+                        line: None,
+                        column: None,
+                        message: "the update leaves no domain at all; refusing to serve without rules (--allow-empty-config allows it)".into(),
+                    });
+                }
+                Ok(config)
+            });
+        let config = match config {
+            Ok(config) => config,
+            Err(error) => {
+                metrics::counter!("slidegate_config_reloads_total", "result" => "xds_rejected")
+                    .increment(1);
+                tracing::error!(
+                    version,
+                    result = "xds_rejected",
+                    domains = ?sorted_domains(&self.current.load()),
+                    %error,
+                    "rules from the control plane refused: the previous rules stay in force"
+                );
+                self.current.refused("error", error.to_string());
+                return Err(error);
+            }
+        };
+        let domains = sorted_domains(&config);
+        self.current.store(config);
+        self.current.set_pending(None);
+        in_force.xds = xds;
+        metrics::counter!("slidegate_config_reloads_total", "result" => "xds_ok").increment(1);
+        tracing::info!(
+            version,
+            result = "xds_ok",
+            domains = ?domains,
+            "rules from the control plane in force"
+        );
+        Ok(())
     }
 
     /// Watches the config's directories and reloads when a file's content

@@ -110,4 +110,43 @@ mod tests {
             .collect();
         assert_eq!(origins, vec![("api", "runtime"), ("files", "file")]);
     }
+
+    #[test]
+    fn a_runtime_change_keeps_the_control_planes_domains_and_an_xds_update_keeps_the_runtime_ones()
+    {
+        let text = |domain: &str, limit: u64| {
+            format!(
+                "domain: {domain}\ndescriptors:\n  - key: k\n    rate_limit: {{unit: second, requests_per_unit: {limit}}}\n"
+            )
+        };
+        let file = ("f.yaml".to_owned(), text("files", 1));
+        let xds_spec = super::super::yaml::parse_file("xds:a", &text("plane", 4)).unwrap();
+        let config = RateLimitConfig::with_xds(
+            &[file],
+            &[("xds:a".to_owned(), xds_spec)],
+            LoadOptions::default(),
+        )
+        .unwrap();
+        let runtime = RuntimeDomain {
+            domain: "api".into(),
+            text: text("api", 7),
+            format: "yaml".into(),
+            version: 1,
+        };
+        let merged = config.with_runtime(std::slice::from_ref(&runtime));
+        let limit = |config: &RateLimitConfig, d: &str| {
+            config
+                .lookup(d, &[("k", "x")])
+                .map(|m| m.limit.requests_per_unit)
+        };
+        assert_eq!(
+            limit(&merged, "plane"),
+            Some(4),
+            "the control plane's domain survives a runtime change"
+        );
+        assert_eq!(limit(&merged, "api"), Some(7));
+        assert_eq!(limit(&merged, "files"), Some(1));
+        let again = merged.with_runtime(&[runtime]);
+        assert_eq!(limit(&again, "plane"), Some(4), "and the next one");
+    }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use slidegate::{Rate, Rule};
+use slidegate::{Algorithm, Rate, Rule};
 
 use super::error::{ConfigError, PATH_CHARS, WORD_CHARS, quoted};
 use super::files::read_sources;
@@ -34,6 +34,9 @@ pub struct RateLimitConfig {
     options: LoadOptions,
     /// The domains set at run time, with their versions.
     runtime: HashMap<String, u64>,
+    /// The domains a control plane sent, kept beside the files' sources
+    /// for the same reason.
+    xds: Vec<(String, FileSpec)>,
 }
 
 /// How to load several files.
@@ -43,6 +46,10 @@ pub struct LoadOptions {
     /// `MERGE_DOMAIN_CONFIG`); otherwise a domain in two files is an error.
     pub merge_domains: bool,
 }
+
+/// How the name of a control plane's resource starts where a file's name
+/// would be.
+pub(crate) const XDS_PREFIX: &str = "xds:";
 
 /// The generation of the next config made.
 static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
@@ -80,7 +87,7 @@ impl RateLimitConfig {
     /// checked alone when it was set; one that no longer loads is left
     /// out and logged, never a reason to drop the files' rules.
     pub fn with_runtime(&self, runtime: &[RuntimeDomain]) -> RateLimitConfig {
-        let mut config = match RateLimitConfig::from_sources(&self.sources, self.options) {
+        let mut config = match RateLimitConfig::with_xds(&self.sources, &self.xds, self.options) {
             Ok(config) => config,
             // The same sources loaded once already.
             Err(error) => {
@@ -127,6 +134,37 @@ impl RateLimitConfig {
     /// True when a file defines `domain`.
     pub fn in_files(&self, domain: &str) -> bool {
         self.files.contains_key(domain)
+    }
+
+    /// Loads configs given as `(name, text)` pairs, then the domains a
+    /// control plane sends (`xds`, each named `xds:NAME`). A domain comes
+    /// from the files or from the control plane, never both: one in both
+    /// is an error (whichever changed last is refused).
+    pub(crate) fn with_xds(
+        sources: &[(String, String)],
+        xds: &[(String, FileSpec)],
+        options: LoadOptions,
+    ) -> Result<RateLimitConfig, ConfigError> {
+        let mut config = RateLimitConfig::from_sources(sources, options)?;
+        for (name, spec) in xds {
+            if let Some(files) = config.files.get(&spec.domain)
+                && files.iter().any(|file| !file.starts_with(XDS_PREFIX))
+            {
+                return Err(ConfigError {
+                    file: name.clone(),
+                    line: None,
+                    column: None,
+                    message: format!(
+                        "domain {} is defined in the config file {} too: a domain comes from the files or from the control plane, not both",
+                        quoted(&spec.domain, PATH_CHARS),
+                        quoted(&files.join(", "), PATH_CHARS)
+                    ),
+                });
+            }
+            config.add_file(name, spec.clone(), options)?;
+        }
+        config.xds = xds.to_vec();
+        Ok(config)
     }
 
     fn add_file(
@@ -357,7 +395,18 @@ fn limit_of(
         Enforcement::Blocked
     } else {
         let rate = Rate::new(rl.requests_per_unit, unit.duration()).map_err(|e| e.to_string())?;
-        let rule = Rule::new(rate).with_algorithm(rl.algorithm);
+        // A burst with no algorithm named is a gcra rule, the one
+        // algorithm with a burst (as in the rule grammar).
+        let algorithm = match (rl.algorithm, rl.burst) {
+            (Some(algorithm), _) => algorithm,
+            (None, Some(_)) => Algorithm::Gcra,
+            (None, None) => Algorithm::SlidingLog,
+        };
+        let rule = Rule::new(rate).with_algorithm(algorithm);
+        let rule = match rl.burst {
+            Some(burst) => rule.with_burst(burst).map_err(|e| e.to_string())?,
+            None => rule,
+        };
         let rule = if rl.report { rule.reporting() } else { rule };
         let rule = match rl.block_for {
             Some(block) => rule.block_for(block).map_err(|e| e.to_string())?,
@@ -365,8 +414,12 @@ fn limit_of(
         };
         Enforcement::Rule(rule)
     };
-    if (rl.report || rl.block_for.is_some()) && !matches!(enforcement, Enforcement::Rule(_)) {
-        return Err("'report' and 'block_for' need a rate limit (not unlimited, not 0)".into());
+    if (rl.report || rl.block_for.is_some() || rl.burst.is_some())
+        && !matches!(enforcement, Enforcement::Rule(_))
+    {
+        return Err(
+            "'report', 'block_for' and 'burst' need a rate limit (not unlimited, not 0)".into(),
+        );
     }
     Ok(Limit {
         id,

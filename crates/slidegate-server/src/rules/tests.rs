@@ -330,6 +330,54 @@ fn report_and_block_for_extend_the_format() {
 }
 
 #[test]
+fn a_burst_extends_the_format_for_gcra() {
+    let c = yaml(
+        "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {requests_per_unit: 10, unit: second, burst: 50}\n  - key: b\n    rate_limit: {requests_per_unit: 10, window: 1s, algorithm: gcra, burst: 3, block_for: 1m}\n",
+    )
+    .unwrap();
+    let a = c.lookup("api", &[("a", "x")]).unwrap();
+    assert_eq!(
+        a.limit.enforcement,
+        Enforcement::Rule(Rule::parse("10/1s gcra burst 50").unwrap()),
+        "a burst alone is a gcra rule"
+    );
+    let b = c.lookup("api", &[("b", "x")]).unwrap();
+    assert_eq!(
+        b.limit.enforcement,
+        Enforcement::Rule(Rule::parse("10/1s gcra burst 3 block_for 1m").unwrap())
+    );
+    for (bad, message) in [
+        (
+            "{requests_per_unit: 10, unit: second, algorithm: sliding_log, burst: 50}",
+            "a burst applies to the gcra algorithm only",
+        ),
+        (
+            "{requests_per_unit: 10, unit: second, burst: 0}",
+            "invalid burst 0",
+        ),
+        (
+            "{requests_per_unit: 10, unit: second, burst: many}",
+            "'burst' must be a whole number",
+        ),
+        (
+            "{requests_per_unit: 10, unit: second, burst: -5}",
+            "'burst' must be a whole number",
+        ),
+        (
+            "{requests_per_unit: 1, unit: day, burst: 100000}",
+            "more than 10 years",
+        ),
+        ("{unlimited: true, burst: 5}", "need a rate limit"),
+    ] {
+        let err = yaml(&format!(
+            "domain: api\ndescriptors:\n  - key: path\n    rate_limit: {bad}\n"
+        ))
+        .unwrap_err();
+        assert!(err.message.contains(message), "{bad}: {err}");
+    }
+}
+
+#[test]
 fn zero_requests_per_unit_blocks() {
     let c = load(&["valid/example.yaml"], false).unwrap();
     let m = c.lookup("rl", &[("foo", "x"), ("bar", "banned")]).unwrap();

@@ -35,6 +35,7 @@ const VALID_KEYS: &[&str] = &[
     "algorithm",
     "report",
     "block_for",
+    "burst",
 ];
 
 /// One file's content, typed.
@@ -70,11 +71,14 @@ pub(crate) struct RateLimitSpec {
     pub unlimited: bool,
     pub name: Option<String>,
     pub replaces: Vec<String>,
-    pub algorithm: Algorithm,
+    /// The algorithm named, if any (see `set.rs` for the default).
+    pub algorithm: Option<Algorithm>,
     /// Every hit is recorded, whether or not it fits (usage reporting).
     pub report: bool,
     /// Once a request is denied, its key is locked out this long.
     pub block_for: Option<Duration>,
+    /// A `gcra` bucket of this many units, refilled at the rate.
+    pub burst: Option<u64>,
 }
 
 /// Parses and checks one file. `name` is used in error messages.
@@ -309,10 +313,10 @@ impl Reader<'_> {
             }
         };
         let algorithm = match fields.get("algorithm") {
-            None => Algorithm::SlidingLog,
+            None => None,
             Some(a) => {
                 let text = self.string(Some(a), "algorithm")?.unwrap_or_default();
-                text.parse().map_err(|_: slidegate::Error| {
+                Some(text.parse().map_err(|_: slidegate::Error| {
                     self.error(
                         a,
                         format!(
@@ -320,8 +324,13 @@ impl Reader<'_> {
                             quoted(&text, WORD_CHARS)
                         ),
                     )
-                })?
+                })?)
             }
+        };
+        let burst = match fields.get("burst") {
+            None => None,
+            Some(b) if matches!(b.value, Yaml::Null) => None,
+            Some(b) => Some(self.count(Some(b), "burst")?),
         };
         Ok(RateLimitSpec {
             unit: self.string(fields.get("unit"), "unit")?,
@@ -335,6 +344,7 @@ impl Reader<'_> {
             algorithm,
             report: self.flag(fields.get("report"), "report")?,
             block_for,
+            burst,
         })
     }
 

@@ -31,10 +31,16 @@ impl Slidegate {
     /// `slidegate serve ARGS` on free loopback ports, with JSON logs;
     /// returns once it logs that it serves.
     pub fn start(args: &[&str]) -> Slidegate {
+        Slidegate::start_with_env(args, &[])
+    }
+
+    /// [`start`](Slidegate::start) with these environment variables set.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Slidegate {
         let mut child = Command::new(binary())
             .arg("serve")
             .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
             .args(args)
+            .envs(env.iter().copied())
             .env("SLIDEGATE_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

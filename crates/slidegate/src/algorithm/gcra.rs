@@ -2,8 +2,10 @@
 //! number, the theoretical arrival time (TAT).
 //!
 //! Each unit of cost moves the TAT forward by the emission interval
-//! `T = W / L`; a request passes iff, after moving, the TAT is at most `W`
-//! ahead of now. So a burst of `L` passes at once, then one unit every `T`.
+//! `T = W / L`; a request passes iff, after moving, the TAT is at most
+//! `B · T` ahead of now, for a bucket of `B` units (the rule's burst, `L`
+//! unless given: then `B · T = W`). So a burst of `B` passes at once, then
+//! one unit every `T`.
 //! `T` is usually not a whole number of microseconds, so the TAT is kept
 //! exactly, scaled by `L` (in units of `1/L` µs): no rounding drift.
 
@@ -37,19 +39,20 @@ impl Gcra {
         ceil_div(self.tat_scaled(), rate.limit())
     }
 
-    /// Units that would pass in a row at `now` (scaled TAT `base` ≥ now).
-    fn room(base: u128, now_scaled: u128, limit: u64, window: u64) -> u64 {
-        let capacity = window as u128 * limit as u128;
+    /// Units that would pass in a row at `now` (scaled TAT `base` ≥ now)
+    /// from a bucket of `capacity` (scaled).
+    fn room(base: u128, now_scaled: u128, capacity: u128, window: u64) -> u64 {
         let used = base - now_scaled;
         (capacity.saturating_sub(used) / window as u128) as u64
     }
-}
 
-impl Meter for Gcra {
-    fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
+    /// [`Meter::check`] for a bucket of `burst` units refilled at `rate`
+    /// ([`Rule::with_burst`](crate::Rule::with_burst)): `remaining` runs
+    /// from 0 to `burst`, the decision's limit is the rate's.
+    pub fn check_burst(&mut self, rate: Rate, burst: u64, now: u64, cost: u64) -> Decision {
         let (limit, window) = (rate.limit(), rate.window_micros());
         let now_scaled = now as u128 * limit as u128;
-        let capacity = window as u128 * limit as u128;
+        let capacity = window as u128 * burst as u128;
         let tat_scaled = self.tat_scaled();
         let base = tat_scaled.max(now_scaled);
         let asked = cost.max(1);
@@ -61,17 +64,33 @@ impl Meter for Gcra {
         };
         if after - now_scaled <= capacity {
             return if cost == 0 {
-                let room = Self::room(base, now_scaled, limit, window);
+                let room = Self::room(base, now_scaled, capacity, window);
                 Decision::from_parts(true, limit, room, 0, reset_now)
             } else {
-                let room = Self::room(after, now_scaled, limit, window);
+                let room = Self::room(after, now_scaled, capacity, window);
                 Decision::from_parts(true, limit, room, 0, until(ceil_div(after, limit), now))
             };
         }
-        // Passes once now has caught up to `after - W`.
+        // Passes once now has caught up to `after - B·T`.
         let retry_at = ceil_div(after - capacity, limit);
-        let room = Self::room(base, now_scaled, limit, window);
+        let room = Self::room(base, now_scaled, capacity, window);
         Decision::from_parts(false, limit, room, until(retry_at, now), reset_now)
+    }
+
+    /// [`Meter::decide`] for a bucket of `burst` units: see
+    /// [`check_burst`](Gcra::check_burst).
+    pub fn decide_burst(&mut self, rate: Rate, burst: u64, now: u64, cost: u64) -> Decision {
+        let decision = self.check_burst(rate, burst, now, cost);
+        if decision.allowed && cost > 0 {
+            self.record(rate, now, cost);
+        }
+        decision
+    }
+}
+
+impl Meter for Gcra {
+    fn check(&mut self, rate: Rate, now: u64, cost: u64) -> Decision {
+        self.check_burst(rate, rate.limit(), now, cost)
     }
 
     fn record(&mut self, rate: Rate, now: u64, cost: u64) {
@@ -124,6 +143,30 @@ mod tests {
         assert!(!g.decide(r, 333_333, 1).allowed());
         assert!(g.decide(r, 333_334, 1).allowed());
         assert_eq!(g.tat_micros(r), 1_333_334);
+    }
+
+    #[test]
+    fn a_burst_of_b_then_one_per_interval() {
+        let r = Rate::new(10, Duration::from_secs(1)).unwrap();
+        let mut g = Gcra::default();
+        assert_eq!(g.check_burst(r, 50, 0, 0).remaining(), 50);
+        for left in (0..50).rev() {
+            let d = g.decide_burst(r, 50, 0, 1);
+            assert!(d.allowed());
+            assert_eq!((d.limit(), d.remaining()), (10, left));
+        }
+        let d = g.decide_burst(r, 50, 0, 1);
+        assert!(!d.allowed());
+        assert_eq!(d.retry_after(), Duration::from_millis(100));
+        // Full again once the TAT has passed: 50 units of 100 ms.
+        assert_eq!(d.reset_after(), Duration::from_secs(5));
+        assert!(g.decide_burst(r, 50, 100_000, 1).allowed());
+        assert!(!g.decide_burst(r, 50, 100_000, 1).allowed());
+        // A burst below the limit: 3 at once, then one per 100 ms.
+        let mut g = Gcra::default();
+        assert!(g.decide_burst(r, 3, 0, 3).allowed());
+        assert!(!g.decide_burst(r, 3, 0, 1).allowed());
+        assert!(g.decide_burst(r, 3, 100_000, 1).allowed());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use super::meter::Meter;
 use super::sliding_counter::SlidingCounter;
 use super::sliding_log::SlidingLog;
 use crate::decision::Decision;
-use crate::rate::{Algorithm, Rate};
+use crate::rate::{Algorithm, Rate, Rule};
 
 /// The state of any of the four algorithms, for stores that keep rules of
 /// different algorithms side by side.
@@ -68,6 +68,26 @@ impl State {
     #[inline]
     pub fn report(&mut self, rate: Rate, now: u64, cost: u64) {
         dispatch!(self, m => m.report(rate, now, cost))
+    }
+
+    /// [`Meter::check`] of the algorithm inside under `rule`: with its
+    /// [burst](Rule::with_burst) for a `gcra` rule.
+    #[inline]
+    pub fn check_rule(&mut self, rule: Rule, now: u64, cost: u64) -> Decision {
+        match self {
+            State::Gcra(m) => m.check_burst(rule.rate(), rule.burst(), now, cost),
+            other => other.check(rule.rate(), now, cost),
+        }
+    }
+
+    /// [`Meter::decide`] of the algorithm inside under `rule`: with its
+    /// [burst](Rule::with_burst) for a `gcra` rule.
+    #[inline]
+    pub fn decide_rule(&mut self, rule: Rule, now: u64, cost: u64) -> Decision {
+        match self {
+            State::Gcra(m) => m.decide_burst(rule.rate(), rule.burst(), now, cost),
+            other => other.decide(rule.rate(), now, cost),
+        }
     }
 
     /// [`Meter::decide`] of the algorithm inside.

@@ -23,6 +23,10 @@ pub enum BuildError {
     /// applies to the rule added last.
     #[error("block_for applies to the rule added before it, and there is none")]
     BlockForWithoutRule,
+    /// [`burst`](super::RateLimitBuilder::burst) before any rule: it
+    /// applies to the rule added before it.
+    #[error("burst applies to the rule added before it, and there is none")]
+    BurstWithoutRule,
     /// A policy name that is not a valid sf-string.
     #[error(transparent)]
     PolicyName(#[from] InvalidPolicyName),

@@ -80,6 +80,8 @@ pub struct RateLimitBuilder<St, K> {
     /// `block_for` was called before any rule: a mistake told at `build`.
     block_before_rule: bool,
     runtime: Option<LimitTable>,
+    /// `burst` was called before any rule: the same mistake.
+    burst_before_rule: bool,
 }
 
 impl<St, K> RateLimitBuilder<St, K> {
@@ -97,6 +99,7 @@ impl<St, K> RateLimitBuilder<St, K> {
             max_delay: None,
             block_before_rule: false,
             runtime: None,
+            burst_before_rule: false,
         }
     }
 
@@ -161,6 +164,31 @@ impl<St, K> RateLimitBuilder<St, K> {
                 *rule = rule.clone().and_then(|rule| rule.block_for(block));
             }
             None => self.block_before_rule = true,
+        }
+        self
+    }
+
+    /// Lets the rule added last, a `gcra` rule, pass `burst` requests at
+    /// once, refilled at its rate: a token bucket of `burst` tokens (see
+    /// [`Rule::with_burst`]). The `RateLimit` field's quota stays the
+    /// rate's limit; its remaining runs from 0 to `burst`. Another
+    /// algorithm, or a burst out of range, fails at `build`.
+    ///
+    /// ```
+    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer}};
+    /// // 10 a second, up to 50 at once.
+    /// let layer = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip())
+    ///     .rule("10/s gcra")
+    ///     .burst(50)
+    ///     .build()?;
+    /// # Ok::<(), slidegate::middleware::BuildError>(())
+    /// ```
+    pub fn burst(mut self, burst: u64) -> Self {
+        match self.rules.last_mut() {
+            Some((_, rule)) => {
+                *rule = rule.clone().and_then(|rule| rule.with_burst(burst));
+            }
+            None => self.burst_before_rule = true,
         }
         self
     }
@@ -270,6 +298,9 @@ impl<St, K> RateLimitBuilder<St, K> {
         }
         if self.block_before_rule {
             return Err(BuildError::BlockForWithoutRule);
+        }
+        if self.burst_before_rule {
+            return Err(BuildError::BurstWithoutRule);
         }
         let mut defaults = headers::default_policy_names(count).into_iter();
         let mut policies: Vec<(String, Rule)> = Vec::with_capacity(count);

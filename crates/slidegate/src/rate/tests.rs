@@ -126,3 +126,100 @@ fn algorithm_names_round_trip() {
         Err(Error::UnknownAlgorithm(_))
     ));
 }
+
+#[test]
+fn a_burst_belongs_to_gcra_and_is_bounded() {
+    let gcra = Rule::parse("10/1s")
+        .unwrap()
+        .with_algorithm(Algorithm::Gcra);
+    let bucket = gcra.with_burst(50).unwrap();
+    assert_eq!((bucket.limit(), bucket.burst()), (10, 50));
+    assert!(bucket.has_burst() && !gcra.has_burst());
+    assert_eq!(bucket.max_cost(), 50);
+    assert!(!bucket.same_state(&gcra), "a burst is part of the state");
+    assert_eq!(bucket.without_options(), bucket);
+    assert_eq!(
+        gcra.with_burst(10).unwrap(),
+        gcra,
+        "a burst of the limit is none"
+    );
+    assert_eq!(gcra.burst(), 10);
+    assert_eq!(bucket.with_burst(3).unwrap().max_cost(), 3);
+    assert!(
+        !bucket.with_algorithm(Algorithm::SlidingLog).has_burst(),
+        "another algorithm drops it"
+    );
+    for (rule, burst) in [
+        (Rule::parse("10/1s").unwrap(), 50),
+        (gcra.with_algorithm(Algorithm::FixedWindow), 50),
+        (gcra, 0),
+        (gcra, Rate::MAX_LIMIT + 1),
+        // Refilling 10^10 at 10/s takes 31 years.
+        (gcra, 10_000_000_000),
+    ] {
+        assert!(
+            matches!(rule.with_burst(burst), Err(Error::InvalidBurst { got, .. }) if got == burst),
+            "{rule} burst {burst}"
+        );
+    }
+    // Ten years to refill is the most.
+    let slow = Rule::parse("1/1d").unwrap().with_algorithm(Algorithm::Gcra);
+    assert!(slow.with_burst(3650).is_ok());
+    assert!(slow.with_burst(3651).is_err());
+}
+
+#[test]
+fn the_rule_grammar_reads_what_display_writes() {
+    for text in [
+        "100/1m",
+        "10/1s gcra",
+        "10/1s gcra burst 50",
+        "5/15m report block_for 1h",
+        "10/1s gcra burst 3 report block_for 250ms",
+        "7/90s sliding_counter",
+    ] {
+        let rule = Rule::parse(text).unwrap();
+        assert_eq!(rule.to_string(), text);
+        assert_eq!(text.parse::<Rule>().unwrap(), rule);
+    }
+    let bucket = Rule::parse("10/1s")
+        .unwrap()
+        .with_algorithm(Algorithm::Gcra)
+        .with_burst(50)
+        .unwrap();
+    assert_eq!(
+        Rule::parse("10/1s burst 50").unwrap(),
+        bucket,
+        "burst alone is gcra"
+    );
+    assert_eq!(Rule::parse(" 10/1s   burst 50 gcra ").unwrap(), bucket);
+    assert_eq!(
+        Rule::parse("100/2 minutes report").unwrap(),
+        Rule::parse("100/2m").unwrap().reporting()
+    );
+    assert!(matches!(
+        Rule::parse("10/1s fixed_window burst 50"),
+        Err(Error::InvalidBurst { got: 50, .. })
+    ));
+    for bad in [
+        "10/1s burst",
+        "10/1s burst fifty",
+        "10/1s burst -1",
+        "10/1s burst 5 burst 6",
+        "10/1s gcra gcra",
+        "10/1s report report",
+        "10/1s block_for",
+        "10/1s block_for 0s",
+        "10/1s block_for soon",
+        "10/1s gcra leaky",
+        "ten/1s gcra",
+        "gcra",
+    ] {
+        assert!(
+            matches!(Rule::parse(bad), Err(Error::InvalidRule { .. })),
+            "{bad}: {:?}",
+            Rule::parse(bad)
+        );
+    }
+    assert!(matches!(Rule::parse("abc"), Err(Error::InvalidRate { .. })));
+}

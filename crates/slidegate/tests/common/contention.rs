@@ -1,5 +1,6 @@
 //! The workload of the concurrency tests that every store runs: every
-//! algorithm with every option, asked by many clients at once, in rounds.
+//! algorithm with every option (and GCRA with bursts), asked by many
+//! clients at once, in rounds.
 //!
 //! In a round the clock stands still and every client sends its requests
 //! at once; between rounds the clock moves, often exactly onto a window
@@ -51,8 +52,30 @@ pub fn cases() -> Vec<Case> {
             cases.push(Case { name, rule, key });
         }
     }
+    // A GCRA bucket larger than the limit and one smaller.
+    let gcra = base.with_algorithm(Algorithm::Gcra);
+    for (option, rule) in [
+        ("burst", gcra.with_burst(BURST)),
+        ("small burst", gcra.with_burst(SMALL_BURST)),
+        (
+            "burst report+block_for",
+            gcra.with_burst(BURST)
+                .and_then(|r| r.block_for(BLOCK))
+                .map(|r| r.reporting()),
+        ),
+    ] {
+        let rule = rule.expect("a valid burst");
+        let key = format!("contention:gcra:{}", option.replace(' ', "_"));
+        let name = format!("gcra {option}");
+        cases.push(Case { name, rule, key });
+    }
     cases
 }
+
+/// The burst of the GCRA cases that have a large one: five limits.
+pub const BURST: u64 = 5 * LIMIT;
+/// The burst of the GCRA case whose bucket is smaller than its limit.
+pub const SMALL_BURST: u64 = 4;
 
 /// The clock's time in each of `rounds` rounds: from [`START`], moving
 /// 0 µs, to the next window boundary, one µs before or after it, or a
@@ -111,7 +134,7 @@ impl Request {
         } else {
             1 + (x >> 8) % 3
         };
-        if (x >> 4).is_multiple_of(4) && cost <= LIMIT / 2 {
+        if (x >> 4).is_multiple_of(4) && cost <= rule.burst().min(LIMIT) / 2 {
             Request::Twice(cost)
         } else {
             Request::One(cost)

@@ -110,15 +110,17 @@ fn room(rule: Rule, before: &[Instant], at: u64, asked: u64) -> i128 {
             let weighted = (previous * (w - elapsed) + w - 1) / w;
             (limit - current - weighted - asked) * w
         }
-        // A bucket of L refilled over W: no interval [s, at] holds more
-        // than L + L·(at − s)/W units.
+        // A bucket of B (the burst, L unless the rule has one) refilled
+        // at L per W: no interval [s, at] holds more than B + L·(at − s)/W
+        // units.
         Algorithm::Gcra => {
-            let mut least = (limit - asked) * w;
+            let burst = i128::from(rule.burst());
+            let mut least = (burst - asked) * w;
             let mut since = asked;
             for earlier in before.iter().rev() {
                 since += i128::from(earlier.recorded);
                 let span = i128::from(at - earlier.at);
-                least = least.min(limit * (w + span) - since * w);
+                least = least.min(burst * w + limit * span - since * w);
             }
             least
         }

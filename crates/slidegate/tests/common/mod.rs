@@ -1,5 +1,6 @@
 #![allow(dead_code)]
 pub mod boundary;
+pub mod burst;
 pub mod contention;
 pub mod cost;
 pub mod exactness;

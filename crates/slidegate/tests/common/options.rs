@@ -42,16 +42,17 @@ pub fn report_cost() -> impl Strategy<Value = Cost> {
     prop_oneof![3 => cost(), 1 => (2u8..=5).prop_map(Cost::Multiple)]
 }
 
-/// The cost of a hit of `rule`: relative to its limit; a multiple of the
+/// The cost of a hit of `rule`: relative to its limit (its burst); a multiple of the
 /// limit as it is for a report (at most the largest limit), the limit
 /// itself otherwise.
 pub fn resolve(cost: Cost, rule: Rule) -> u64 {
+    // Relative to what may pass at once: a GCRA rule's burst, if it has one.
     match cost {
-        Cost::Multiple(_) if !rule.reports() => rule.limit(),
+        Cost::Multiple(_) if !rule.reports() => rule.burst(),
         Cost::Multiple(m) => rule
-            .limit()
+            .burst()
             .saturating_mul(u64::from(m))
             .min(Rate::MAX_LIMIT),
-        other => other.resolve(rule.limit()),
+        other => other.resolve(rule.burst()),
     }
 }

@@ -61,6 +61,11 @@ impl Model<'_> {
         self.rule.limit()
     }
 
+    /// The most that may pass at once: the GCRA bucket's size.
+    fn b(&self) -> u64 {
+        self.rule.burst()
+    }
+
     /// Units in use at `t` (for GCRA: the bucket level, in units of cost,
     /// rounded up), assuming no admission after the log's last.
     fn usage(&self, t: u64) -> u64 {
@@ -89,7 +94,8 @@ impl Model<'_> {
 
     /// GCRA as a leaky bucket, replayed from the first admission, in the
     /// order recorded. The level is in units of µs·L; each unit of cost
-    /// adds W, it drains L per µs, and it holds at most W·L. An admission
+    /// adds W, it drains L per µs, and it holds at most W·B (B the burst,
+    /// L unless the rule has one). An admission
     /// recorded before the newest time (a plain one behind a reservation)
     /// is added at the newest time, and a level asked for before the
     /// newest time is the newest one, undrained: the bucket is full from
@@ -113,7 +119,7 @@ impl Model<'_> {
         match self.rule.algorithm() {
             Algorithm::Gcra => {
                 self.gcra_level(t) + cost as u128 * self.w() as u128
-                    <= self.w() as u128 * self.l() as u128
+                    <= self.w() as u128 * self.b() as u128
             }
             _ => self.usage(t) + cost <= self.l(),
         }
@@ -122,7 +128,7 @@ impl Model<'_> {
     /// Units that could pass at `t` one after another.
     fn room(&self, t: u64) -> u64 {
         match self.rule.algorithm() {
-            Algorithm::Gcra => least(0, self.l() + 1, |n| !self.passes(t, n)).saturating_sub(1),
+            Algorithm::Gcra => least(0, self.b() + 1, |n| !self.passes(t, n)).saturating_sub(1),
             _ => self.l().saturating_sub(self.usage(t)),
         }
     }
@@ -150,13 +156,13 @@ pub struct Reference {
     blocks: HashMap<(String, Rule), u64>,
 }
 
-/// The largest cost a hit may ask: its limit, or for a rule that reports,
-/// the largest limit.
+/// The largest cost a hit may ask: its limit (a GCRA rule's burst, if it
+/// has one), or for a rule that reports, the largest limit.
 fn max_cost(rule: &Rule) -> u64 {
     if rule.reports() {
         slidegate::Rate::MAX_LIMIT
     } else {
-        rule.limit()
+        rule.burst()
     }
 }
 
@@ -261,10 +267,10 @@ impl Reference {
             return Err(Error::NoRules);
         }
         for (_, rule, cost) in hits {
-            if *cost > rule.limit() {
+            if *cost > rule.burst() {
                 return Err(Error::CostExceedsLimit {
                     cost: *cost,
-                    limit: rule.limit(),
+                    limit: rule.burst(),
                 });
             }
         }
@@ -445,8 +451,8 @@ impl Reference {
             .iter()
             .zip(&asked)
             .map(|((k, r, _), &c)| {
-                let d = decide(k, r, c.min(r.limit()), &self.logs);
-                let d = if c > r.limit() {
+                let d = decide(k, r, c.min(r.burst()), &self.logs);
+                let d = if c > r.burst() {
                     Decision::from_parts(
                         false,
                         d.limit(),

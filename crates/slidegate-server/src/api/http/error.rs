@@ -80,6 +80,10 @@ pub enum ErrorCode {
     /// `block_ms` is not a whole number of milliseconds from 0 to
     /// `--max-adhoc-window`.
     InvalidBlock,
+    /// `burst` is not a whole number from 1 to `--max-adhoc-limit`, is
+    /// given with another algorithm than `gcra`, or would take more than
+    /// 10 years to refill (`burst × window / limit`).
+    InvalidBurst,
     /// The request asked to wait (`max_wait_ms`), and as many requests as
     /// `--max-waiting` allows are already waiting: answered 503 at once,
     /// nothing recorded. Try again, or without waiting.
@@ -102,6 +106,9 @@ pub enum ErrorCode {
     VersionMismatch,
     /// The store failed or could not be reached.
     StoreUnavailable,
+    /// `/readyz`: a source of rules (the xDS control plane) has not sent
+    /// them yet, so the limits of its domains are not known.
+    RulesPending,
     /// A bug or a misconfiguration of the service, never bad input.
     InternalError,
 }
@@ -123,7 +130,7 @@ impl ErrorCode {
             | ErrorCode::DomainDefinedInFile => StatusCode::CONFLICT,
             ErrorCode::AdminTokenNotConfigured => StatusCode::FORBIDDEN,
             ErrorCode::VersionMismatch => StatusCode::PRECONDITION_FAILED,
-            ErrorCode::StoreUnavailable | ErrorCode::TooManyWaiting => {
+            ErrorCode::StoreUnavailable | ErrorCode::TooManyWaiting | ErrorCode::RulesPending => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
@@ -248,6 +255,7 @@ impl From<slidegate::Error> for ApiError {
             E::UnknownAlgorithm(_) => ErrorCode::UnknownAlgorithm,
             E::CostExceedsLimit { .. } => ErrorCode::CostExceedsLimit,
             E::InvalidBlock { .. } => ErrorCode::InvalidBlock,
+            E::InvalidBurst { .. } => ErrorCode::InvalidBurst,
             E::ReportCannotWait => ErrorCode::ConflictingFields,
             E::InvalidKey(_) | E::CrossSlot { .. } => ErrorCode::InvalidKey,
             E::NoRules => ErrorCode::InvalidRules,

@@ -41,8 +41,15 @@ pub(super) async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`: the store can take decisions.
+/// `GET /readyz`: the rules have come and the store can take decisions.
 pub(super) async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Response {
+    if let Some(pending) = state.limiter.config().pending() {
+        let body = json!({
+            "status": "unavailable",
+            "error": {"code": ErrorCode::RulesPending, "message": pending},
+        });
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     let ready = state.limiter.store().ready();
     let runtime = state.runtime.as_ref().map(|r| r.status());
     let error = match tokio::time::timeout(READY_TIMEOUT, ready).await {

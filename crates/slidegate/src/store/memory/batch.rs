@@ -219,7 +219,7 @@ fn record_reports(
         slot.make_room(
             hit.rule,
             now,
-            hit.cost.min(hit.rule.limit()),
+            hit.cost.min(hit.rule.burst()),
             bounds,
             rules,
             keep,
@@ -281,7 +281,7 @@ pub(super) fn check_all<'a>(
             slot.box_all(bounds, rules)?;
         }
         // More than the limit never fits (and is not what a check asks).
-        let cost = total.min(hit.rule.limit());
+        let cost = total.min(hit.rule.burst());
         let mut decision = if hit.cost > 0 {
             let keep = |rule: Rule| pairs.contains(hit.key, rule);
             let mut state = slot.state_or_add(hit.rule, now, bounds, rules, keep)?;
@@ -289,7 +289,7 @@ pub(super) fn check_all<'a>(
         } else {
             slot.check(hit.rule, now, cost, bounds, rules)
         };
-        if total > hit.rule.limit() {
+        if total > hit.rule.burst() {
             decision.allowed = false;
         }
         if hit.block_us > 0 {

@@ -111,7 +111,7 @@ impl StateMut<'_> {
                 bounds.settle(before, 0, log.heap_bytes());
                 decision
             }
-            StateMut::Gcra(state) => state.check(rate, now, cost),
+            StateMut::Gcra(state) => state.check_burst(rate, rule.burst(), now, cost),
             StateMut::Fixed(state) => state.check(rate, now, cost),
             StateMut::Counter(state) => state.check(rate, now, cost),
             StateMut::Boxed(state) => check_held(state, rule, now, cost, bounds),
@@ -255,7 +255,7 @@ impl Slot {
             }
             Slot::Gcra {
                 rule: id, state, ..
-            } if rules.is(*id, rule) => Ok(state.decide(rate, now, cost)),
+            } if rules.is(*id, rule) => Ok(state.decide_burst(rate, rule.burst(), now, cost)),
             Slot::Fixed {
                 rule: id, state, ..
             } if rules.is(*id, rule) => Ok(state.decide(rate, now, cost)),
@@ -279,7 +279,7 @@ impl Slot {
         rules: &mut RuleTable,
     ) -> Result<Decision> {
         if cost == 0 {
-            return Ok(State::new(rule.algorithm()).check(rule.rate(), now, 0));
+            return Ok(State::new(rule.algorithm()).check_rule(rule, now, 0));
         }
         self.add(rule, now, bounds, rules, |_| false)?;
         self.decide_one(rule, now, cost, bounds, rules)
@@ -297,7 +297,7 @@ impl Slot {
     ) -> Decision {
         match self.state_mut(rule, rules) {
             Some(mut state) => state.check(rule, now, cost, bounds),
-            None => State::new(rule.algorithm()).check(rule.rate(), now, cost),
+            None => State::new(rule.algorithm()).check_rule(rule, now, cost),
         }
     }
 

@@ -128,7 +128,7 @@ impl KeyStates {
     ) -> Result<Decision> {
         match self.state_mut(rule) {
             Some(state) => decide_in(state, rule, now, cost, bounds),
-            None if cost == 0 => Ok(State::new(rule.algorithm()).check(rule.rate(), now, 0)),
+            None if cost == 0 => Ok(State::new(rule.algorithm()).check_rule(rule, now, 0)),
             None => {
                 let state = self.add(rule, now, bounds, |_| false)?;
                 decide_in(state, rule, now, cost, bounds)
@@ -241,7 +241,7 @@ pub(crate) fn check_held(
 ) -> Decision {
     // A check may shrink a log whose entries expired.
     let before = state.heap_bytes();
-    let decision = state.check(rule.rate(), now, cost);
+    let decision = state.check_rule(rule, now, cost);
     bounds.settle(before, 0, state.heap_bytes());
     decision
 }
@@ -272,7 +272,7 @@ fn decide_in(
 ) -> Result<Decision> {
     match state {
         State::SlidingLog(log) => decide_in_log(log, rule.rate(), now, cost, bounds),
-        other => Ok(other.decide(rule.rate(), now, cost)),
+        other => Ok(other.decide_rule(rule, now, cost)),
     }
 }
 

@@ -137,8 +137,8 @@ where
             .map(|&rule| {
                 let state = rule.without_options();
                 let mut decision =
-                    slot.check(state, now, cost.min(rule.limit()), &inner.bounds, held);
-                if cost > rule.limit() {
+                    slot.check(state, now, cost.min(rule.burst()), &inner.bounds, held);
+                if cost > rule.burst() {
                     decision.allowed = false;
                 }
                 if rule.block_micros() > 0 {

@@ -8,7 +8,7 @@
 -- a call of its own would send it (n, or -(mode * MODE_SCALE + n) in
 -- another mode than PLAIN), the number of its keys, then the rest of its
 -- own call's ARGV[1] (for one hit: code, limit, window, cost; for several:
--- six numbers per hit, and one more number in another mode than PLAIN: a
+-- seven numbers per hit, and one more number in another mode than PLAIN: a
 -- step's journal lifetime, a reservation's longest wait). KEYS: each decision's keys in turn,
 -- its journal last for a step; key indices in a decision's numbers count
 -- from its first key.
@@ -72,7 +72,7 @@ for d = 1, n do
       unchanged[KEYS[k]] = nil
     end
     ok, reply = pcall(decide, spec, at, hits, its_mode, base, nkeys)
-    at = at + 48 * hits
+    at = at + 8 * HIT_NUMBERS * hits
     if its_mode > PLAIN then
       at = at + 8
     end

@@ -19,3 +19,6 @@ local PLAIN, RECORD, CHECK, UNDO, COALESCED, RESERVE, WITH_OPTIONS = 0, 1, 2, 3,
 -- A single sliding-log hit's denial, answered as one integer:
 -- -(retry * COMPACT + reset), both below COMPACT µs (sliding_log_one.lua).
 local COMPACT = 67108864
+-- The numbers of one hit in the batch layout, each a double (8 bytes):
+-- key index, code, limit, window, cost, checked cost and burst (main.lua).
+local HIT_NUMBERS = 7

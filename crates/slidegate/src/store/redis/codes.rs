@@ -79,6 +79,10 @@ impl Mode {
     }
 }
 
+/// Numbers per hit in the batch layout: key index, code, limit, window,
+/// cost, checked cost, burst (see `main.lua`).
+pub(super) const HIT_NUMBERS: usize = 7;
+
 /// A single sliding-log hit's denial, answered as one integer
 /// `-(retry_after * 2^COMPACT_SHIFT + reset_after)` (both below
 /// 2^COMPACT_SHIFT µs).
@@ -142,6 +146,7 @@ mod tests {
         want.insert("LOCKOUT".to_owned(), LOCKOUT);
         want.insert("MODE_SCALE".to_owned(), MODE_SCALE);
         want.insert("COMPACT".to_owned(), (1u64 << COMPACT_SHIFT) as f64);
+        want.insert("HIT_NUMBERS".to_owned(), HIT_NUMBERS as f64);
         assert_eq!(lua_table(), want);
     }
 

@@ -13,8 +13,9 @@
 local function build_gcra()
   local gcra = {}
 
-  function gcra.load(index, limit, window)
-    local st = { key = KEYS[index], limit = limit, window = window, q = 0, r = 0 }
+  -- `burst`: the bucket's size (Rule::with_burst), the limit when not given.
+  function gcra.load(index, limit, window, burst)
+    local st = { key = KEYS[index], limit = limit, window = window, burst = burst or limit, q = 0, r = 0 }
     local value = load_value(index, 16, 'gcra')
     if value then
       st.q, st.r = bunpack('<dd', value)
@@ -41,18 +42,24 @@ local function build_gcra()
     return q, r
   end
 
-  -- Units that would pass in a row at `now` from the scaled TAT (q, r) >= now:
-  -- floor((W * L - ((q - now) * L + r)) / W), or 0 when negative.
-  local function gcra_room(q, r, now, L, W)
-    local m = W - (q - now)
-    if m <= 0 then
+  -- Units that would pass in a row at `now` from the scaled TAT (q, r) >= now
+  -- in a bucket of B * W / L µs, (cq, cr) as muldiv(B, W, L) gives it:
+  -- floor((B * W - ((q - now) * L + r)) / W), or 0 when negative. With
+  -- m = cq - (q - now) and m * L = whole * W + rest, that is whole +
+  -- floor((rest + cr - r) / W).
+  local function gcra_room(q, r, now, L, W, cq, cr)
+    local m = cq - (q - now)
+    if m < 0 then
       return 0
     end
     local whole, rest = muldiv(m, L, W)
-    if rest >= r then
-      return whole
+    local extra = rest + cr - r
+    if extra < 0 then
+      return math.max(whole - ceil_div(-extra, W), 0)
     end
-    return whole - ceil_div(r - rest, W)
+    -- extra < W + L, below 2^53.
+    local k = divmod(extra, W)
+    return whole + k
   end
 
   local function gcra_ceil(q, r)
@@ -64,6 +71,11 @@ local function build_gcra()
 
   function gcra.check(st, now, cost)
     local L, W = st.limit, st.window
+    -- The bucket, B * W / L µs, as (cq, cr) in units of 1/L µs: W when B = L.
+    local cq, cr = W, 0
+    if st.burst ~= L then
+      cq, cr = muldiv(st.burst, W, L)
+    end
     local bq, br = gcra_base(st, now)
     local asked = math.max(cost, 1)
     local aq, ar = gcra_add(bq, br, asked, L, W)
@@ -71,14 +83,18 @@ local function build_gcra()
     if st.q > now or (st.q == now and st.r > 0) then
       reset_now = until_(gcra_ceil(st.q, st.r), now)
     end
-    if aq < now + W or (aq == now + W and ar == 0) then
+    if aq - now < cq or (aq - now == cq and ar <= cr) then
       if cost == 0 then
-        return 1, L, gcra_room(bq, br, now, L, W), 0, reset_now
+        return 1, L, gcra_room(bq, br, now, L, W, cq, cr), 0, reset_now
       end
-      return 1, L, gcra_room(aq, ar, now, L, W), 0, until_(gcra_ceil(aq, ar), now)
+      return 1, L, gcra_room(aq, ar, now, L, W, cq, cr), 0, until_(gcra_ceil(aq, ar), now)
     end
-    -- Passes once now has caught up to after - W.
-    return 0, L, gcra_room(bq, br, now, L, W), until_(gcra_ceil(aq - W, ar), now), reset_now
+    -- Passes once now has caught up to after - B * W / L.
+    local rq, rr = aq - cq, ar - cr
+    if rr < 0 then
+      rq, rr = rq - 1, rr + L
+    end
+    return 0, L, gcra_room(bq, br, now, L, W, cq, cr), until_(gcra_ceil(rq, rr), now), reset_now
   end
 
   function gcra.record(st, now, cost)

@@ -37,13 +37,23 @@ pub(crate) fn state_key(prefix: &str, key: &str, rule: Rule) -> String {
 /// Appends [`state_key`] to `out`, without a `String` of its own (a
 /// decision writes its keys straight into the buffer that travels to Redis).
 pub(crate) fn write_state_key(out: &mut Vec<u8>, prefix: &str, key: &str, rule: Rule) {
-    use std::io::Write as _;
     write_stem(out, prefix, key);
+    write_rule_name(out, rule);
+}
+
+/// What a state key appends to its stem: the rule as `100/1m`,
+/// `10/1s:gcra`, `10/1s:gcra:burst50`.
+fn write_rule_name(out: &mut Vec<u8>, rule: Rule) {
+    use std::io::Write as _;
     // Writing to a Vec cannot fail.
     let _ = write!(out, "{}", rule.rate());
     if rule.algorithm() != Algorithm::SlidingLog {
         out.push(b':');
         out.extend_from_slice(rule.algorithm().name().as_bytes());
+    }
+    // A burst is part of the state (`Rule::same_state`): `10/1s:gcra:burst50`.
+    if rule.has_burst() {
+        let _ = write!(out, ":burst{}", rule.burst());
     }
 }
 
@@ -115,14 +125,29 @@ pub(crate) fn is_state_of(prefix: &str, key: &str, redis_key: &[u8]) -> bool {
     };
     // A rule's lockout lives beside its state (see main.lua).
     let rest = rest.strip_suffix(BLOCK_SUFFIX).unwrap_or(rest);
-    let rate = match rest.split_once(':') {
-        Some((rate, name)) => match name.parse::<Algorithm>() {
-            Ok(a) if a != Algorithm::SlidingLog => rate,
+    // `rate`, `rate:algorithm` or `rate:gcra:burstN`, each as written.
+    let mut parts = rest.split(':');
+    let rate = parts.next().unwrap_or_default();
+    let rule = match (parts.next(), parts.next(), parts.next()) {
+        (None, ..) => rate.parse::<Rate>().map(Rule::new),
+        (Some(name), burst, None) => match name.parse::<Algorithm>() {
+            Ok(a) if a != Algorithm::SlidingLog => {
+                let rule = rate.parse::<Rate>().map(|r| Rule::new(r).with_algorithm(a));
+                match burst.map(|b| b.strip_prefix("burst").and_then(|n| n.parse::<u64>().ok())) {
+                    None => rule,
+                    Some(Some(n)) => rule.and_then(|r| r.with_burst(n)),
+                    Some(None) => return false,
+                }
+            }
             _ => return false,
         },
-        None => rest,
+        _ => return false,
     };
-    rate.parse::<Rate>().is_ok_and(|r| r.to_string() == rate)
+    rule.is_ok_and(|rule| {
+        let mut written = Vec::new();
+        write_rule_name(&mut written, rule);
+        written == rest.as_bytes()
+    })
 }
 
 #[cfg(test)]
@@ -191,6 +216,18 @@ mod tests {
         let gcra = state_key("p", "user:{42}:a", r.with_algorithm(Algorithm::Gcra));
         assert!(is_state_of("p", "user:{42}:a", own.as_bytes()));
         assert!(is_state_of("p", "user:{42}:a", gcra.as_bytes()));
+        let burst = r.with_algorithm(Algorithm::Gcra).with_burst(500).unwrap();
+        let burst = state_key("p", "user:{42}:a", burst);
+        assert!(burst.ends_with(":100/1m:gcra:burst500"), "{burst}");
+        assert!(is_state_of("p", "user:{42}:a", burst.as_bytes()));
+        for not_a_burst in [
+            ":100/1m:gcra:burst",
+            ":100/1m:gcra:burst100",
+            ":100/1m:gcra:b5",
+        ] {
+            let name = format!("p:v2:t:user:{{42}}:a{not_a_burst}");
+            assert!(!is_state_of("p", "user:{42}:a", name.as_bytes()), "{name}");
+        }
         assert!(!is_state_of("p", "user:{42}:a", longer.as_bytes()));
         assert!(!is_state_of(
             "p",

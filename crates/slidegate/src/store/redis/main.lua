@@ -114,7 +114,7 @@ if mode == PLAIN and n == 1 then
   return decide_one(1, code, L, W, cost)
 end
 
--- One decision over the hits of `spec` from byte `at` (n hits of six
+-- One decision over the hits of `spec` from byte `at` (n hits of seven
 -- numbers, then the journal's lifetime for a step), with mode `mode`; its
 -- keys are KEYS[base + 1 .. base + nkeys], the journal's last. Key indices
 -- in the spec and in the journal are relative to base, so a journal
@@ -128,10 +128,10 @@ local function decide(spec, at, n, mode, base, nkeys)
     mode = PLAIN
   end
   if mode == RESERVE then
-    max_wait = bunpack('<d', spec, at + 48 * n)
+    max_wait = bunpack('<d', spec, at + 8 * HIT_NUMBERS * n)
   elseif mode > PLAIN then
     journal = KEYS[base + nkeys]
-    lifetime = format('%d', bunpack('<d', spec, at + 48 * n))
+    lifetime = format('%d', bunpack('<d', spec, at + 8 * HIT_NUMBERS * n))
   end
   if mode == RECORD and redis.call('EXISTS', journal) == 1 then
     return redis.error_reply('CANCELLED this decision was undone before it ran')
@@ -161,12 +161,14 @@ local function decide(spec, at, n, mode, base, nkeys)
   local state, costs, askeds, states, reports, blocks = {}, {}, {}, {}, {}, {}
   local optioned = false
   for i = 1, n do
-    local key, code, limit, window, c, a = bunpack('<dddddd', spec, at + 48 * (i - 1))
+    local key, code, limit, window, c, a, burst = bunpack('<ddddddd', spec, at + 8 * HIT_NUMBERS * (i - 1))
     local algorithm_code = code % REPORT
     local st = states[key]
     if not st then
       local algorithm = build(algorithm_code)
-      st = algorithm.load(base + key, limit, window)
+      st = algorithm.load(base + key, limit, window, burst)
+      -- The most that may pass at once (a GCRA bucket's size, else the limit).
+      st.most = burst
       st.algorithm, st.code = algorithm, algorithm_code
       states[key] = st
     end
@@ -200,9 +202,9 @@ local function decide(spec, at, n, mode, base, nkeys)
   end
   for i = 1, n do
     local a, st, j = askeds[i], state[i], 4 * (i - 1)
-    -- A report may ask more than the limit: it never fits.
-    check(i, math.min(a, st.limit))
-    if a > st.limit then
+    -- A report may ask more than the limit (the burst): it never fits.
+    check(i, math.min(a, st.most))
+    if a > st.most then
       reply[j + 1] = 0
     end
     under_block(i)
@@ -295,10 +297,10 @@ local function decide(spec, at, n, mode, base, nkeys)
       -- call are read from Redis, not from the state in hand).
       local saved = {}
       for i = 1, n do
-        local key = bunpack('<d', spec, at + 48 * (i - 1))
+        local key = bunpack('<d', spec, at + 8 * HIT_NUMBERS * (i - 1))
         local st = saved[key]
         if not st then
-          st = state[i].algorithm.load(base + key, state[i].limit, state[i].window)
+          st = state[i].algorithm.load(base + key, state[i].limit, state[i].window, state[i].most)
           st.algorithm = state[i].algorithm
           saved[key] = st
         end

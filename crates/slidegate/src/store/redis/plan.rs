@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use smallvec::SmallVec;
 
-use super::codes::{COMPACT_SHIFT, Mode, options_code};
+use super::codes::{COMPACT_SHIFT, HIT_NUMBERS, Mode, options_code};
 use super::keys::{slot_of, state_key, write_state_key};
 use super::script::{NUMBER, Part, push_key};
 use crate::decision::Decision;
@@ -172,16 +172,24 @@ impl<'a> Plan<'a> {
     /// number of keys (not sent in a plain call), then for one hit its
     /// algorithm code, limit, window (µs) and cost, and for several, per
     /// hit its state (KEYS index from 1), algorithm code, limit, window,
-    /// cost and checked cost, and a step's journal lifetime (ms). Keys:
+    /// cost, checked cost and burst, and a step's journal lifetime (ms). Keys:
     /// one per state, a step's journal last.
     pub(crate) fn part(&self, step: Option<(Step, &str)>) -> Part {
         let alone = matches!((self.hits.as_slice(), step), ([_], None)) && self.reserve.is_none();
-        // A hit that reports goes in the batch layout even alone
-        // (Mode::WithOptions):
-        // the one-hit steps know lockouts, not reports.
-        let reports = alone && self.hits.iter().any(|hit| hit.rule.reports());
+        // A hit that reports, or has a burst, goes in the batch layout even
+        // alone (Mode::WithOptions): the one-hit steps know lockouts, not
+        // reports, and carry no burst.
+        let reports = alone
+            && self
+                .hits
+                .iter()
+                .any(|hit| hit.rule.reports() || hit.rule.has_burst());
         let one = alone && !reports;
-        let numbers = 2 + if one { 4 } else { 6 * self.hits.len() + 1 };
+        let numbers = 2 + if one {
+            4
+        } else {
+            HIT_NUMBERS * self.hits.len() + 1
+        };
         let mut buf = Vec::with_capacity(
             self.states.len() * (self.prefix.len() + 48)
                 + self.states.iter().map(|(key, _)| key.len()).sum::<usize>()
@@ -223,6 +231,7 @@ impl<'a> Plan<'a> {
                     put(hit.rule.window_micros() as f64);
                     put(hit.cost as f64);
                     put(hit.asked as f64);
+                    put(hit.rule.burst() as f64);
                 }
             }
         }

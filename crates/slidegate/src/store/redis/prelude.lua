@@ -9,7 +9,8 @@
 --   codes.lua), limit, window (µs), cost; for several, per hit: key
 --   index, code, limit, window, cost, asked (the cost to
 --   check: the hit's cost plus those of earlier hits on the same key, 0 for
---   a probe).
+--   a probe), burst (the most that may pass at once: a GCRA rule's bucket,
+--   else the limit).
 -- Reply: little-endian doubles, per hit: allowed (1/0), remaining,
 --   retry_after (µs), reset_after (µs). One sliding-log hit may answer an
 --   integer instead (see sliding_log_one.lua).

@@ -8,15 +8,15 @@ use slidegate::{Algorithm, Rule};
 
 use super::fast;
 use super::fields::{
-    missing, parse_algorithm, parse_block, parse_max_wait, parse_object, parse_report, parse_rule,
-    pick, with_options,
+    algorithm_for, missing, parse_block, parse_burst, parse_max_wait, parse_named_algorithm,
+    parse_object, parse_report, parse_rule, pick, with_burst, with_options,
 };
 use super::parsed::{AcquireRequest, MAX_RULES_PER_REQUEST};
 use crate::api::http::error::{ApiError, ErrorCode};
 use crate::api::http::json::JsonNode;
 use crate::bounds::RequestBounds;
 
-const ACQUIRE_FIELDS: [&str; 9] = [
+const ACQUIRE_FIELDS: [&str; 10] = [
     "key",
     "limit",
     "window_ms",
@@ -26,14 +26,24 @@ const ACQUIRE_FIELDS: [&str; 9] = [
     "max_wait_ms",
     "report",
     "block_ms",
+    "burst",
 ];
-const RULE_FIELDS: [&str; 5] = ["limit", "window_ms", "algorithm", "report", "block_ms"];
+const RULE_FIELDS: [&str; 6] = [
+    "limit",
+    "window_ms",
+    "algorithm",
+    "report",
+    "block_ms",
+    "burst",
+];
 /// Parses the body of `POST /v1/acquire`:
 /// `{"key":"k","limit":100,"window_ms":60000,"cost":1,"algorithm":"sliding_log"}`,
 /// or `{"key":"k","rules":[{"limit":..,"window_ms":..,"algorithm":..},..],"cost":1}`.
 /// A top-level `algorithm` is the default of rules that name none, and so
-/// are `report` (record the cost whatever the answer) and `block_ms` (lock
-/// the key out this long once a rule denies it). `null` stands for an
+/// are `report` (record the cost whatever the answer), `block_ms` (lock
+/// the key out this long once a rule denies it) and `burst` (a `gcra`
+/// bucket of that many units; a rule with a burst and no algorithm named
+/// is a `gcra` rule). `null` stands for an
 /// absent optional field. Limits, windows and blocks are ad-hoc: at most
 /// `bounds.max_adhoc_limit` and `bounds.max_adhoc_window`.
 pub fn parse_acquire(body: &[u8], bounds: &RequestBounds) -> Result<AcquireRequest, ApiError> {
@@ -59,6 +69,7 @@ pub(super) fn parse_acquire_tree(
         max_wait_ms,
         report,
         block_ms,
+        burst,
     ] = pick(members, &ACQUIRE_FIELDS, "")?;
     let key = match key {
         Some(JsonNode::String(key)) => key,
@@ -70,13 +81,16 @@ pub(super) fn parse_acquire_tree(
         }
         None => return Err(missing("key")),
     };
-    let names_a_rule = [&limit, &window_ms, &algorithm, &rules, &report, &block_ms]
-        .iter()
-        .any(|field| !matches!(field, None | Some(JsonNode::Null)));
+    let names_a_rule = [
+        &limit, &window_ms, &algorithm, &rules, &report, &block_ms, &burst,
+    ]
+    .iter()
+    .any(|field| !matches!(field, None | Some(JsonNode::Null)));
     let defaults = RuleDefaults {
-        algorithm: parse_algorithm(algorithm)?,
+        algorithm: parse_named_algorithm(algorithm)?,
         report: parse_report(report)?.unwrap_or(false),
         block: parse_block(block_ms, bounds)?.unwrap_or(Duration::ZERO),
+        burst: parse_burst(burst, bounds)?,
     };
     let rules = match (rules, limit, window_ms) {
         (Some(rules), None, None) => parse_rules(rules, &defaults, bounds)?,
@@ -89,7 +103,9 @@ pub(super) fn parse_acquire_tree(
         // The key alone: decided under the limits set for it at run time.
         (None, None, None) if !names_a_rule => Vec::new(),
         (None, limit, window_ms) => {
-            let rule = parse_rule(limit, window_ms, defaults.algorithm, bounds)?;
+            let algorithm = algorithm_for(defaults.algorithm, defaults.burst);
+            let rule = parse_rule(limit, window_ms, algorithm, bounds)?;
+            let rule = with_burst(rule, defaults.burst)?;
             vec![with_options(rule, defaults.report, defaults.block)?]
         }
     };
@@ -125,9 +141,11 @@ pub(super) fn parse_acquire_tree(
 /// What a rule of `rules` takes from the request when it says nothing.
 #[derive(Default)]
 pub(super) struct RuleDefaults {
-    algorithm: Algorithm,
+    /// The algorithm named at the top level, if any.
+    algorithm: Option<Algorithm>,
     report: bool,
     block: Duration,
+    burst: Option<u64>,
 }
 
 pub(super) fn parse_rules(
@@ -170,12 +188,15 @@ pub(super) fn parse_rules(
                 ),
             ));
         };
-        let [limit, window_ms, algorithm, report, block_ms] =
+        let [limit, window_ms, algorithm, report, block_ms, burst] =
             pick(members, &RULE_FIELDS, &format!("{place}."))?;
-        let algorithm = match algorithm {
-            None | Some(JsonNode::Null) => defaults.algorithm,
-            some => parse_algorithm(some).map_err(|e| e.at(&place))?,
-        };
+        let burst = parse_burst(burst, bounds)
+            .map_err(|e| e.at(&place))?
+            .or(defaults.burst);
+        let named = parse_named_algorithm(algorithm)
+            .map_err(|e| e.at(&place))?
+            .or(defaults.algorithm);
+        let algorithm = algorithm_for(named, burst);
         let report = parse_report(report)
             .map_err(|e| e.at(&place))?
             .unwrap_or(defaults.report);
@@ -183,6 +204,7 @@ pub(super) fn parse_rules(
             .map_err(|e| e.at(&place))?
             .unwrap_or(defaults.block);
         let rule = parse_rule(limit, window_ms, algorithm, bounds)
+            .and_then(|rule| with_burst(rule, burst))
             .and_then(|rule| with_options(rule, report, block))
             .map_err(|e| e.at(&place))?;
         if let Some(j) = rules.iter().position(|r| r.same_state(&rule)) {

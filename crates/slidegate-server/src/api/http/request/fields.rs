@@ -43,6 +43,45 @@ pub(super) fn parse_block(
     }
 }
 
+/// `burst`: absent (or null), or 1 up to the largest ad-hoc limit.
+pub(super) fn parse_burst(
+    burst: Option<JsonNode>,
+    bounds: &RequestBounds,
+) -> Result<Option<u64>, ApiError> {
+    let max = bounds.max_adhoc_limit.min(Rate::MAX_LIMIT);
+    match burst {
+        None | Some(JsonNode::Null) => Ok(None),
+        Some(JsonNode::Unsigned(n)) if (1..=max).contains(&n) => Ok(Some(n)),
+        Some(other) => Err(ApiError::new(
+            ErrorCode::InvalidBurst,
+            format!(
+                "\"burst\" must be a whole number from 1 to {max} (--max-adhoc-limit), got {}",
+                other.brief()
+            ),
+        )),
+    }
+}
+
+/// The algorithm of a rule: the one named, else `gcra` when it has a
+/// burst (the one algorithm with a burst), else the default.
+pub(super) fn algorithm_for(named: Option<Algorithm>, burst: Option<u64>) -> Algorithm {
+    match (named, burst) {
+        (Some(algorithm), _) => algorithm,
+        (None, Some(_)) => Algorithm::Gcra,
+        (None, None) => Algorithm::default(),
+    }
+}
+
+/// `rule` with the `burst` asked for, if any.
+pub(super) fn with_burst(rule: Rule, burst: Option<u64>) -> Result<Rule, ApiError> {
+    match burst {
+        None => Ok(rule),
+        Some(burst) => rule
+            .with_burst(burst)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidBurst, format!("\"burst\": {e}"))),
+    }
+}
+
 /// `rule` with the options asked for.
 pub(super) fn with_options(rule: Rule, report: bool, block: Duration) -> Result<Rule, ApiError> {
     let rule = if report { rule.reporting() } else { rule };
@@ -153,10 +192,13 @@ pub(super) fn parse_rule(
     Ok(Rule::new(rate).with_algorithm(algorithm))
 }
 
-pub(super) fn parse_algorithm(algorithm: Option<JsonNode>) -> Result<Algorithm, ApiError> {
+/// The algorithm a field names, if it names one.
+pub(super) fn parse_named_algorithm(
+    algorithm: Option<JsonNode>,
+) -> Result<Option<Algorithm>, ApiError> {
     match algorithm {
-        None | Some(JsonNode::Null) => Ok(Algorithm::default()),
-        Some(JsonNode::String(name)) => name.parse().map_err(|_| {
+        None | Some(JsonNode::Null) => Ok(None),
+        Some(JsonNode::String(name)) => name.parse().map(Some).map_err(|_| {
             ApiError::new(
                 ErrorCode::UnknownAlgorithm,
                 format!(

@@ -314,3 +314,40 @@ fn the_default_bounds_are_one_million_per_day() {
     assert!(parse(r#"{"key":"k","limit":1000000000000,"window_ms":1000}"#).is_err());
     assert!(parse(r#"{"key":"k","limit":1,"window_ms":315360000000}"#).is_err());
 }
+
+#[test]
+fn a_burst_is_read_at_the_top_and_per_rule_and_names_gcra_when_alone() {
+    let bounds = RequestBounds::default();
+    let one = parse_acquire(
+        br#"{"key":"k","limit":10,"window_ms":1000,"burst":50}"#,
+        &bounds,
+    )
+    .unwrap();
+    assert_eq!(one.rules, [Rule::parse("10/1s gcra burst 50").unwrap()]);
+    let many = parse_acquire(
+        br#"{"key":"k","burst":50,"rules":[
+            {"limit":10,"window_ms":1000},
+            {"limit":5,"window_ms":1000,"burst":2},
+            {"limit":100,"window_ms":60000,"algorithm":"gcra"}]}"#,
+        &bounds,
+    )
+    .unwrap();
+    assert_eq!(
+        many.rules,
+        [
+            Rule::parse("10/1s burst 50").unwrap(),
+            Rule::parse("5/1s burst 2").unwrap(),
+            Rule::parse("100/1m burst 50").unwrap(),
+        ]
+    );
+    for body in [
+        r#"{"key":"k","limit":10,"window_ms":1000,"algorithm":"sliding_counter","burst":50}"#,
+        r#"{"key":"k","limit":10,"window_ms":1000,"burst":0}"#,
+        r#"{"key":"k","limit":10,"window_ms":1000,"burst":-1}"#,
+        r#"{"key":"k","limit":10,"window_ms":1000,"burst":true}"#,
+        r#"{"key":"k","limit":1,"window_ms":86400000,"burst":1000000}"#,
+        r#"{"key":"k","algorithm":"fixed_window","rules":[{"limit":1,"window_ms":1,"burst":2}]}"#,
+    ] {
+        assert_eq!(code(body), ErrorCode::InvalidBurst, "{body}");
+    }
+}
