@@ -75,8 +75,10 @@ pub enum Command {
     Serve(ServeArgs),
     /// Take one decision and print it as JSON (the body of `POST /v1/acquire`).
     ///
-    /// Exits 0 whether the request is allowed or denied (read `allowed`),
-    /// non-zero with a message on bad input. The memory store starts empty
+    /// Exits 0 whether the request is allowed or denied (read `allowed`);
+    /// 3, with a warning on stderr, when the answer is degraded (the store
+    /// failed and --on-store-error answered; the decision is printed all
+    /// the same); 1 or 2 with a message on bad input. The memory store starts empty
     /// on every run, so with `--store memory` this checks a rule and a key
     /// rather than a shared history.
     Check(CheckArgs),
@@ -125,6 +127,12 @@ pub struct ValidateConfigArgs {
     /// Merge a domain split over several files instead of refusing it.
     #[arg(long)]
     pub merge_domains: bool,
+
+    /// Accept a config with no domain at all, as `serve
+    /// --allow-empty-config` does; without it such a config is refused,
+    /// as `serve` refuses to start with it.
+    #[arg(long)]
+    pub allow_empty_config: bool,
 }
 
 impl Cli {
@@ -139,6 +147,7 @@ impl Cli {
                 Command::ValidateConfig(args) => Run::ValidateConfig(ValidateOptions {
                     paths: args.paths,
                     merge_domains: args.merge_domains,
+                    allow_empty: args.allow_empty_config,
                 }),
             },
         }

@@ -12,6 +12,27 @@ use crate::store::{Backend, StoreOptions};
 /// `--cost`'s default.
 pub const DEFAULT_COST: u64 = 1;
 
+/// The exit code of a degraded answer: printed as any other, but the store
+/// did not decide it, so a script that reads only the exit code must not
+/// take it for the shared limit's verdict.
+pub const DEGRADED_EXIT_CODE: u8 = 3;
+
+/// The failure policy answered instead of the store (the decision is
+/// printed all the same, with `"degraded":true`).
+#[derive(Debug)]
+pub struct Degraded;
+
+impl std::fmt::Display for Degraded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(
+            "the store did not decide (see the log above): --on-store-error answered, \
+             and the decision printed is degraded",
+        )
+    }
+}
+
+impl std::error::Error for Degraded {}
+
 /// One decision to take (see `slidegate check --help`).
 #[derive(Clone, Debug)]
 pub struct CheckOptions {
@@ -30,7 +51,8 @@ pub struct CheckOptions {
 }
 
 /// Decides once and prints the decision as one line of JSON on stdout
-/// (with `--wait`, once its turn has come, with `waited_ms`).
+/// (with `--wait`, once its turn has come, with `waited_ms`); a degraded
+/// decision is printed, then returned as the error [`Degraded`].
 pub async fn run(args: CheckOptions) -> anyhow::Result<()> {
     let checked = decide(&args).await?;
     let mut json = serde_json::to_string(&checked.decision)?;
@@ -41,6 +63,9 @@ pub async fn run(args: CheckOptions) -> anyhow::Result<()> {
         json.push_str(&format!(",\"waited_ms\":{waited_ms}}}"));
     }
     println!("{json}");
+    if checked.decision.degraded {
+        return Err(Degraded.into());
+    }
     Ok(())
 }
 
