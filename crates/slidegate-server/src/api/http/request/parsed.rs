@@ -15,7 +15,8 @@ pub struct AcquireRequest {
     pub key: String,
     /// One rule, or several decided all-or-nothing. Never empty.
     pub rules: Vec<Rule>,
-    /// Units the request consumes; 0 checks without consuming.
+    /// Units the request consumes; 0 consumes nothing and asks whether one
+    /// more would pass (denied on a full window).
     pub cost: u64,
     /// How long the request may wait for its turn when it does not fit
     /// now (`max_wait_ms`, 0 by default: refused at once); at most
