@@ -42,7 +42,7 @@ use crate::telemetry::logging::LogFormat;
         Logs go to stderr; set their level with RUST_LOG (e.g. RUST_LOG=debug).",
     after_help = "Examples:\n  \
         slidegate serve --http-addr 0.0.0.0:8080\n  \
-        slidegate serve --store redis://127.0.0.1:6379 --config rules/\n  \
+        slidegate serve --store redis://127.0.0.1:6379 --config examples/rules/\n  \
         curl -s localhost:8080/v1/acquire -H 'content-type: application/json' \\\n    \
         -d '{\"key\":\"login:10.0.0.1\",\"limit\":100,\"window_ms\":60000}'\n  \
         slidegate check --key login:10.0.0.1 --rate 100/1m\n  \
