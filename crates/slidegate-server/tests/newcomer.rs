@@ -1,6 +1,8 @@
 //! What a newcomer meets first, with the built binary and real processes:
 //! `validate-config` gives `serve`'s verdict, `check` says when its answer
-//! is degraded, `bench` says when nothing it sent was limited.
+//! is degraded, `bench` says when nothing it sent was limited, a dead
+//! store or OTLP collector says why, Envoy hears a rule's unit, and
+//! errors are what the README says.
 
 mod common;
 #[path = "common/process.rs"]
@@ -163,5 +165,206 @@ fn bench_against_a_server_without_its_domain_warns_that_nothing_was_limited() {
         assert_eq!(report["unlimited"], 0, "{op}: {report}");
         assert!(report.get("warning").is_none(), "{op}: {report}");
         assert!(!stderr.contains("warning"), "{op}: {stderr}");
+    }
+}
+
+/// Polls `until` every 50 ms for at most 20 s.
+fn eventually(what: &str, until: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !until() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(20),
+            "never: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Runtime::new().expect("a runtime")
+}
+
+#[test]
+fn a_dead_redis_says_why_in_readyz_and_the_log_once_and_the_start_line_says_where() {
+    let port = closed_port();
+    let url = format!("redis://user:secret@127.0.0.1:{port}");
+    let server = Slidegate::start(&["--store", &url]);
+    let serving = server
+        .logs()
+        .into_iter()
+        .find(|l| l.contains("slidegate is serving"))
+        .expect("the start line");
+    let line: serde_json::Value = serde_json::from_str(&serving).expect("JSON");
+    assert_eq!(line["fields"]["store"], "redis", "{serving}");
+    assert_eq!(
+        line["fields"]["store_address"],
+        format!("redis://user:***@127.0.0.1:{port}"),
+        "{serving}"
+    );
+    assert!(!serving.contains("secret"), "{serving}");
+
+    let rt = runtime();
+    for _ in 0..5 {
+        let reply = rt.block_on(common::get(server.http, "/readyz"));
+        assert_eq!(reply.status, 503);
+        let message = reply.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            message.contains(&format!("127.0.0.1:{port}: cannot connect"))
+                && message.to_lowercase().contains("connection refused"),
+            "{message}"
+        );
+    }
+    // Five failed probes: one line with the cause, no ERROR line.
+    let not_ready: Vec<String> = server
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("not ready"))
+        .collect();
+    assert_eq!(not_ready.len(), 1, "{not_ready:#?}");
+    assert!(
+        not_ready[0].to_lowercase().contains("connection refused"),
+        "{not_ready:?}"
+    );
+    let errors: Vec<String> = server
+        .logs()
+        .into_iter()
+        .filter(|l| l.contains("\"level\":\"ERROR\""))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+
+    // A name that does not resolve says so.
+    let server = Slidegate::start(&["--store", "redis://nonexistent.invalid:6379"]);
+    let reply = rt.block_on(common::get(server.http, "/readyz"));
+    assert_eq!(reply.status, 503);
+    let message = reply.json()["error"]["message"].to_string();
+    assert!(
+        message.contains("nonexistent.invalid:6379: cannot resolve"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_closed_otlp_endpoint_is_warned_about_once() {
+    let endpoint = format!("http://127.0.0.1:{}", closed_port());
+    // Batches every 100 ms: several exports fail within the test.
+    let server = Slidegate::start_with_env(
+        &["--otlp-endpoint", &endpoint],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let rt = runtime();
+    let warnings = || {
+        server
+            .logs()
+            .into_iter()
+            .filter(|l| l.contains("cannot export spans"))
+            .collect::<Vec<_>>()
+    };
+    let acquire = |key: &str| {
+        let body = format!(r#"{{"key":"{key}","limit":100,"window_ms":60000}}"#);
+        rt.block_on(common::request_to(
+            server.http,
+            http::Method::POST,
+            "/v1/acquire",
+            &[("content-type", "application/json")],
+            body.into_bytes(),
+        ));
+    };
+    acquire("first");
+    eventually("a warning about the OTLP endpoint", || {
+        !warnings().is_empty()
+    });
+    // More spans, more failed exports: still one line.
+    for i in 0..10 {
+        acquire(&format!("more-{i}"));
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let said = warnings();
+    assert_eq!(said.len(), 1, "{said:#?}");
+    assert!(said[0].contains(&endpoint), "{said:?}");
+    assert!(said[0].to_lowercase().contains("refused"), "{said:?}");
+}
+
+#[test]
+fn a_window_of_exactly_one_unit_is_reported_to_envoy_as_that_unit() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(
+        dir.path().join("units.yaml"),
+        "domain: units
+descriptors:
+  - key: minute
+    rate_limit: {requests_per_unit: 5, window: 60s}
+  - key: hour
+    rate_limit: {requests_per_unit: 5, window: 1h}
+  - key: day
+    rate_limit: {requests_per_unit: 5, window: 24h}
+  - key: quarter
+    rate_limit: {requests_per_unit: 5, window: 15m}
+",
+    )
+    .expect("the rules are written");
+    let server = Slidegate::start(&["--config", path(dir.path())]);
+    let rt = runtime();
+    for (key, unit) in [
+        ("minute", "MINUTE"),
+        ("hour", "HOUR"),
+        ("day", "DAY"),
+        ("quarter", "UNKNOWN"),
+    ] {
+        let body = format!(
+            r#"{{"domain":"units","descriptors":[{{"entries":[{{"key":"{key}","value":"v"}}]}}]}}"#
+        );
+        let reply = rt.block_on(common::request_to(
+            server.http,
+            http::Method::POST,
+            "/json",
+            &[("content-type", "application/json")],
+            body.into_bytes(),
+        ));
+        assert_eq!(reply.status, 200);
+        let json = reply.json();
+        assert_eq!(
+            json["statuses"][0]["currentLimit"]["unit"], unit,
+            "{key}: {json}"
+        );
+    }
+}
+
+#[test]
+fn a_body_without_content_type_gets_the_415_the_readme_names_and_404_lists_json() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("the README");
+    let api = readme
+        .split("HTTP API v1 (")
+        .nth(1)
+        .and_then(|rest| rest.split("):").next())
+        .expect("the README's HTTP API paragraph");
+    assert!(
+        api.contains("415 `unsupported_media_type`"),
+        "the README does not say what a body without Content-Type gets: {api}"
+    );
+    let server = Slidegate::start(&[]);
+    let rt = runtime();
+    let reply = rt.block_on(common::request_to(
+        server.http,
+        http::Method::POST,
+        "/v1/acquire",
+        &[],
+        br#"{"key":"k","limit":1,"window_ms":1000}"#.to_vec(),
+    ));
+    assert_eq!(reply.status, 415);
+    assert_eq!(reply.error_code(), "unsupported_media_type");
+    let reply = rt.block_on(common::get(server.http, "/nowhere"));
+    assert_eq!(reply.status, 404);
+    let message = reply.json()["error"]["message"].to_string();
+    for route in [
+        "POST /v1/acquire",
+        "POST /v1/check",
+        "POST /json",
+        "GET /readyz",
+    ] {
+        assert!(message.contains(route), "{route} missing: {message}");
     }
 }

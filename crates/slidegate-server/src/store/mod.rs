@@ -4,6 +4,7 @@
 
 mod backend;
 mod options;
+mod reach;
 mod url;
 
 pub use backend::{Backend, ConnectError, MemoryBackend};

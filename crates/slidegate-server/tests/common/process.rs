@@ -31,12 +31,18 @@ impl Slidegate {
     /// `slidegate serve ARGS` on free loopback ports, with JSON logs;
     /// returns once it logs that it serves.
     pub fn start(args: &[&str]) -> Slidegate {
+        Slidegate::start_with_env(args, &[])
+    }
+
+    /// [`Slidegate::start`], with these environment variables too.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Slidegate {
         let mut child = Command::new(binary())
             .arg("serve")
             .args(["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0"])
             .args(args)
             .env("SLIDEGATE_LOG_FORMAT", "json")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
