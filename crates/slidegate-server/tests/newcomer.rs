@@ -100,6 +100,14 @@ fn check_against_a_dead_store_warns_and_exits_with_its_own_code() {
         stderr.contains("warning: the store did not decide"),
         "{stderr}"
     );
+    // With why: nothing listens on the port (the warning itself, not the
+    // library's log lines above it).
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("warning: "))
+        .unwrap_or_default()
+        .to_lowercase();
+    assert!(warning.contains("connection refused"), "{stderr}");
 
     // A decision of the store itself: exit 0, no warning.
     let output = slidegate(&["check", "--key", "k", "--rate", "10/s"]);
@@ -189,11 +197,15 @@ fn a_dead_redis_says_why_in_readyz_and_the_log_once_and_the_start_line_says_wher
     let port = closed_port();
     let url = format!("redis://user:secret@127.0.0.1:{port}");
     let server = Slidegate::start(&["--store", &url]);
-    let serving = server
-        .logs()
-        .into_iter()
-        .find(|l| l.contains("slidegate is serving"))
-        .expect("the start line");
+    // The line that gave the addresses may be collected just after.
+    let start_line = || {
+        server
+            .logs()
+            .into_iter()
+            .find(|l| l.contains("slidegate is serving"))
+    };
+    eventually("the start line", || start_line().is_some());
+    let serving = start_line().expect("the start line");
     let line: serde_json::Value = serde_json::from_str(&serving).expect("JSON");
     assert_eq!(line["fields"]["store"], "redis", "{serving}");
     assert_eq!(
