@@ -3,10 +3,10 @@
 # slidegate in a container: built in one stage, run from a slim one as an
 # unprivileged user, with a health check.
 #
-#   docker build -t slidegate .
-#   docker run --rm -p 8080:8080 -p 8081:8081 slidegate
+#   docker build -t slidegate:0.1.0 .
+#   docker run --rm -p 8080:8080 -p 8081:8081 slidegate:0.1.0
 #   docker run --rm -p 8080:8080 -p 8081:8081 -v "$PWD/docs/examples:/rules:ro" \
-#       -e SLIDEGATE_STORE=redis://redis.internal:6379 slidegate serve --config /rules/rules.yaml
+#       -e SLIDEGATE_STORE=redis://redis.internal:6379 slidegate:0.1.0 serve --config /rules/rules.yaml
 #
 # docs/DEPLOYING.md says what of this recipe is tested and what is not.
 

@@ -28,6 +28,10 @@ descriptors:
   - key: path
     value: /login
     rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: login_failure
+    rate_limit: {requests_per_unit: 5, window: 15m, block_for: 1h}
+  - key: tokens
+    rate_limit: {unit: minute, requests_per_unit: 10000, report: true}
 ";
 
 /// The key the load sends far over its limit.
@@ -509,6 +513,15 @@ fn the_status_page_shows_live_numbers_in_a_real_browser() {
     assert!(
         rules_table.contains(&rules.display().to_string()),
         "no source file: {rules_table}"
+    );
+    // A rule's options, as /v1/config has them.
+    assert!(
+        rules_table.contains("lockout 1h"),
+        "the lockout is not shown: {rules_table}"
+    );
+    assert!(
+        rules_table.contains("<td>report</td>"),
+        "reporting is not shown: {rules_table}"
     );
     let meta = std::fs::metadata(&screenshot).expect("no screenshot");
     assert!(

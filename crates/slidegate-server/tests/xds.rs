@@ -466,6 +466,28 @@ async fn rules_follow_the_control_plane_acked_nacked_and_kept_while_it_is_away()
         "the file's limit of 2 still in force"
     );
 
+    // The metrics say so: connected, two updates refused, each described.
+    let metrics = common::get(server.http, "/metrics").await;
+    let metrics = String::from_utf8_lossy(&metrics.body).into_owned();
+    let value = |series: &str| -> Option<f64> {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+    };
+    assert_eq!(value("slidegate_xds_connected"), Some(1.0), "{metrics}");
+    assert_eq!(
+        value("slidegate_xds_updates_total{result=\"nack\"}"),
+        Some(2.0),
+        "{metrics}"
+    );
+    assert!(value("slidegate_xds_updates_total{result=\"ack\"}").is_some_and(|acks| acks >= 2.0));
+    for family in ["slidegate_xds_connected", "slidegate_xds_updates_total"] {
+        assert!(
+            metrics.contains(&format!("# HELP {family} ")),
+            "{family} has a HELP line"
+        );
+    }
+
     // The control plane goes away: the rules in force stay.
     let addr = plane.addr;
     plane.stop().await;

@@ -27,7 +27,8 @@ pub struct CheckArgs {
     #[arg(long = "rate", value_name = "LIMIT/WINDOW", required = true)]
     pub rates: Vec<Rate>,
 
-    /// Units the request consumes; 0 checks without consuming.
+    /// Units the request consumes; 0 consumes nothing and asks whether
+    /// one more would pass (denied on a full window).
     #[arg(long, value_name = "N", default_value_t = check::DEFAULT_COST)]
     pub cost: u64,
 

@@ -44,7 +44,7 @@ use crate::telemetry::logging::LogFormat;
         Logs go to stderr; set their level with RUST_LOG (e.g. RUST_LOG=debug).",
     after_help = "Examples:\n  \
         slidegate serve --http-addr 0.0.0.0:8080\n  \
-        slidegate serve --store redis://127.0.0.1:6379 --config rules/\n  \
+        slidegate serve --store redis://127.0.0.1:6379 --config examples/rules/\n  \
         curl -s localhost:8080/v1/acquire -H 'content-type: application/json' \\\n    \
         -d '{\"key\":\"login:10.0.0.1\",\"limit\":100,\"window_ms\":60000}'\n  \
         slidegate check --key login:10.0.0.1 --rate 100/1m\n  \
@@ -77,8 +77,10 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Take one decision and print it as JSON (the body of `POST /v1/acquire`).
     ///
-    /// Exits 0 whether the request is allowed or denied (read `allowed`),
-    /// non-zero with a message on bad input. The memory store starts empty
+    /// Exits 0 whether the request is allowed or denied (read `allowed`);
+    /// 3, with a warning on stderr, when the answer is degraded (the store
+    /// failed and --on-store-error answered; the decision is printed all
+    /// the same); 1 or 2 with a message on bad input. The memory store starts empty
     /// on every run, so with `--store memory` this checks a rule and a key
     /// rather than a shared history.
     Check(CheckArgs),
@@ -127,6 +129,12 @@ pub struct ValidateConfigArgs {
     /// Merge a domain split over several files instead of refusing it.
     #[arg(long)]
     pub merge_domains: bool,
+
+    /// Accept a config with no domain at all, as `serve
+    /// --allow-empty-config` does; without it such a config is refused,
+    /// as `serve` refuses to start with it.
+    #[arg(long)]
+    pub allow_empty_config: bool,
 }
 
 impl Cli {
@@ -141,6 +149,7 @@ impl Cli {
                 Command::ValidateConfig(args) => Run::ValidateConfig(ValidateOptions {
                     paths: args.paths,
                     merge_domains: args.merge_domains,
+                    allow_empty: args.allow_empty_config,
                 }),
             },
         }

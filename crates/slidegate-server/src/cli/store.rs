@@ -203,13 +203,11 @@ pub struct StoreArgs {
         default_value_t = store::DEFAULT_DENY_CACHE_ENTRIES
     )]
     pub deny_cache_entries: usize,
-    /// Calls to a Redis store in flight at once; a decision beyond them is
-    /// answered by --on-store-error at once (with `local`, by this
-    /// instance's own memory store). Raise it for bursts of more requests
-    /// at once (waiting ones: `max_wait_ms`); lower it to bound what a
-    /// slow Redis can hold.
+    /// The number of Redis calls in flight; its help is the store's own
+    /// sentence ([`store::MAX_STORE_CALLS_HELP`]).
     #[arg(
         long = "max-store-calls",
+        help = store::MAX_STORE_CALLS_HELP,
         value_name = "N",
         env = "SLIDEGATE_MAX_STORE_CALLS",
         default_value_t = store::DEFAULT_MAX_STORE_CALLS,

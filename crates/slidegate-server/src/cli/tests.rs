@@ -182,6 +182,66 @@ fn durations_are_read_by_one_parser() {
         .unwrap_err()
         .to_string();
     assert!(error.contains("'soon' is not a duration"), "{error}");
+    // A unitless number is refused by every duration flag, `bench
+    // --duration` included, with what it lacks: `--store-timeout-ms` and the
+    // other `-ms` flags are the only bare numbers, and they say their unit.
+    for args in [
+        &["bench", "--duration", "1"][..],
+        &["serve", "--header-timeout", "1"],
+        &["check", "--key", "k", "--rate", "1/s", "--wait", "1"],
+    ] {
+        let error = Cli::try_parse_from(["slidegate"].iter().chain(args))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("'1' is not a duration: a number needs a unit"),
+            "{args:?}: {error}"
+        );
+    }
+}
+
+/// `text` with every run of whitespace one space, and no backticks: help
+/// is wrapped to the terminal, the README writes flags as code.
+fn plain(text: &str) -> String {
+    text.replace('`', "")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[test]
+fn max_store_calls_is_described_once_as_the_store_behaves() {
+    let sentence = plain(crate::store::MAX_STORE_CALLS_HELP);
+    for name in ["serve", "check", "bench"] {
+        let mut cli = Cli::command();
+        cli.build();
+        let command = cli
+            .find_subcommand_mut(name)
+            .unwrap_or_else(|| panic!("no subcommand {name}"));
+        let help = plain(&command.render_long_help().to_string());
+        assert!(help.contains(&sentence), "{name} --help: {help}");
+    }
+    // The behaviour `tests/store_calls.rs` holds the store to: a decision
+    // beyond the bound waits within its deadline, the policy comes after.
+    let (what, _) = sentence.split_once(" (with").expect("a parenthesis");
+    assert!(
+        what.ends_with(
+            "waits for one to end, within --store-timeout-ms, then is answered by --on-store-error"
+        ),
+        "{what}"
+    );
+    // And the README's table of flags says the same.
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"))
+        .expect("the README");
+    let row = readme
+        .lines()
+        .find(|l| l.starts_with("| `--max-store-calls` |"))
+        .expect("a README row for --max-store-calls");
+    let described = plain(row.split('|').nth(2).expect("a description cell"));
+    assert!(
+        what.eq_ignore_ascii_case(&described),
+        "README: {described:?}\nhelp: {what:?}"
+    );
 }
 
 #[test]

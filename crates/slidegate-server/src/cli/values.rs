@@ -8,8 +8,17 @@ use slidegate::Rate;
 
 /// A duration such as `500ms`, `10s` or `1m`.
 pub(super) fn duration(text: &str) -> Result<Duration, String> {
-    slidegate::rate::parse_window(text)
-        .map_err(|_| format!("'{text}' is not a duration (expected e.g. 500ms, 10s, 1m)"))
+    slidegate::rate::parse_window(text).map_err(|_| {
+        // A bare number is refused rather than read as seconds: the flags
+        // that take bare numbers say their unit in their name (`-ms`).
+        let unitless = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+        let why = if unitless {
+            ": a number needs a unit"
+        } else {
+            ""
+        };
+        format!("'{text}' is not a duration{why} (expected e.g. 500ms, 10s, 1m)")
+    })
 }
 
 /// A [`duration`] above zero.

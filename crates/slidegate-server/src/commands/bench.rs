@@ -36,6 +36,9 @@ pub const DEFAULT_CONCURRENCY: usize = 64;
 /// `--duration`'s default.
 pub const DEFAULT_DURATION: Duration = Duration::from_secs(10);
 
+/// The domain of the Envoy checks `bench` sends (descriptor `key=<key>`).
+pub const BENCH_DOMAIN: &str = "bench";
+
 /// `--rate`'s default: 100 per second.
 pub fn default_rate() -> Rate {
     Rate::new(100, Duration::from_secs(1)).expect("100 per second is a valid rate")
@@ -73,6 +76,9 @@ pub struct BenchOptions {
 pub enum Answer {
     /// Allowed (or, for health checks, served).
     Allowed,
+    /// Allowed because no limit applied: the server's rules have none for
+    /// the request (an Envoy check of a domain or descriptor not configured).
+    Unlimited,
     /// Denied.
     Denied,
     /// Failed: error, timeout, unexpected status.
@@ -96,14 +102,19 @@ pub struct Report {
     pub requests: u64,
     /// Calls per second.
     pub per_second: f64,
-    /// Allowed answers.
+    /// Allowed answers (those with no limit included).
     pub allowed: u64,
+    /// Allowed answers to which no limit applied (Envoy checks only).
+    pub unlimited: u64,
     /// Denied answers.
     pub denied: u64,
     /// Failed calls.
     pub errors: u64,
     /// Latency percentiles, microseconds.
     pub latency_us: Percentiles,
+    /// What makes the figures mean less than they seem (no limit applied).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 /// Latency percentiles in microseconds.
@@ -161,6 +172,9 @@ where
         Some(target) if target.starts_with("grpc://") => grpc(&args, target).await?,
         Some(other) => bail!("--target must start with http:// or grpc://, got {other:?}"),
     };
+    if let Some(warning) = &report.warning {
+        eprintln!("warning: {warning}");
+    }
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -201,9 +215,10 @@ async fn http(args: &BenchOptions, target: &str, rule: Rule) -> anyhow::Result<R
             "acquire" => format!(r#"{{"key":"{key}","limit":{limit},"window_ms":{window_ms},"algorithm":"{algorithm}"{options}}}"#),
             // The key alone: decided under the limit set for it at run time.
             "acquire-key" => format!(r#"{{"key":"{key}"}}"#),
-            "check" => format!(r#"{{"domain":"bench","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}]}}"#),
+            "check" => format!(r#"{{"domain":"{BENCH_DOMAIN}","descriptors":[{{"entries":[{{"key":"key","value":"{key}"}}]}}]}}"#),
             _ => String::new(),
         };
+        let checking = op_name == "check";
         let request = http::Request::builder()
             .method(method.clone())
             .uri(uri.clone())
@@ -214,10 +229,14 @@ async fn http(args: &BenchOptions, target: &str, rule: Rule) -> anyhow::Result<R
             match client.request(request).await {
                 Ok(response) => {
                     let status = response.status();
-                    if response.into_body().collect().await.is_err() {
+                    let Ok(body) = response.into_body().collect().await else {
                         return Answer::Error;
-                    }
+                    };
                     match status.as_u16() {
+                        // A check answer names its limit only where one applied.
+                        200 if checking && !contains(&body.to_bytes(), b"\"currentLimit\"") => {
+                            Answer::Unlimited
+                        }
                         200 => Answer::Allowed,
                         429 => Answer::Denied,
                         _ => Answer::Error,
@@ -271,7 +290,7 @@ async fn grpc(args: &BenchOptions, target: &str) -> anyhow::Result<Report> {
             }
             let mut client = RateLimitServiceClient::new(channel);
             let request = RateLimitRequest {
-                domain: "bench".into(),
+                domain: BENCH_DOMAIN.into(),
                 descriptors: vec![RateLimitDescriptor {
                     entries: vec![Entry {
                         key: "key".into(),
@@ -284,6 +303,15 @@ async fn grpc(args: &BenchOptions, target: &str) -> anyhow::Result<Report> {
             match client.should_rate_limit(request).await {
                 Ok(response) if response.get_ref().overall_code == ProtoCode::OverLimit as i32 => {
                     Answer::Denied
+                }
+                Ok(response)
+                    if response
+                        .get_ref()
+                        .statuses
+                        .iter()
+                        .all(|s| s.current_limit.is_none()) =>
+                {
+                    Answer::Unlimited
                 }
                 Ok(_) => Answer::Allowed,
                 Err(_) => Answer::Error,
@@ -300,7 +328,7 @@ where
     Fut: Future<Output = Answer> + Send,
 {
     let call = Arc::new(call);
-    let counts = Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]);
+    let counts = Arc::new([const { AtomicU64::new(0) }; 4]);
     let started = Instant::now();
     let deadline = started + args.duration;
     let progress = progress_bar(args);
@@ -333,6 +361,7 @@ where
                         Answer::Allowed => 0,
                         Answer::Denied => 1,
                         Answer::Error => 2,
+                        Answer::Unlimited => 3,
                     };
                     counts[slot].fetch_add(1, Ordering::Relaxed);
                     i += 7_919;
@@ -354,7 +383,9 @@ where
     let seconds = started.elapsed().as_secs_f64();
     ticker.abort();
     progress.finish_and_clear();
-    let [allowed, denied, errors] = [0, 1, 2].map(|i| counts[i].load(Ordering::Relaxed));
+    let [limited, denied, errors, unlimited] =
+        [0, 1, 2, 3].map(|i| counts[i].load(Ordering::Relaxed));
+    let allowed = limited + unlimited;
     let requests = allowed + denied + errors;
     Report {
         subject: subject.to_owned(),
@@ -365,8 +396,10 @@ where
         requests,
         per_second: requests as f64 / seconds.max(1e-9),
         allowed,
+        unlimited,
         denied,
         errors,
+        warning: unlimited_warning(unlimited, requests),
         latency_us: Percentiles {
             p50: histogram.value_at_quantile(0.5),
             p90: histogram.value_at_quantile(0.9),
@@ -376,6 +409,24 @@ where
             mean: histogram.mean(),
         },
     }
+}
+
+/// The warning of a run in which some answers had no limit: the server
+/// allowed them because its rules do not cover the request, so they
+/// measure a lookup, not a limit.
+fn unlimited_warning(unlimited: u64, requests: u64) -> Option<String> {
+    (unlimited > 0).then(|| {
+        format!(
+            "{unlimited} of {requests} answers had no limit: the server's rules do not cover \
+             domain `{BENCH_DOMAIN}`, descriptor `key=<key>` (add a rule for it to --config), \
+             so nothing was limited"
+        )
+    })
+}
+
+/// True when `needle` is somewhere in `haystack`.
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn new_histogram() -> Histogram<u64> {
@@ -406,6 +457,9 @@ fn print_report(r: &Report) {
         "  {} requests, {:.0}/s: {} allowed, {} denied, {} errors",
         r.requests, r.per_second, r.allowed, r.denied, r.errors
     );
+    if let Some(warning) = &r.warning {
+        println!("  warning: {warning}");
+    }
     let l = &r.latency_us;
     println!(
         "  latency µs: p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  mean {:.1}",

@@ -1,9 +1,9 @@
 //! `slidegate check`: one decision, printed as the JSON of `POST /v1/acquire`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use slidegate::{Algorithm, Rate, Rule};
+use slidegate::{Algorithm, Rate, Rule, Store};
 
 use crate::api::http::DecisionBody;
 use crate::limiter::adhoc;
@@ -11,6 +11,34 @@ use crate::store::{Backend, StoreOptions};
 
 /// `--cost`'s default.
 pub const DEFAULT_COST: u64 = 1;
+
+/// The exit code of a degraded answer: printed as any other, but the store
+/// did not decide it, so a script that reads only the exit code must not
+/// take it for the shared limit's verdict.
+pub const DEGRADED_EXIT_CODE: u8 = 3;
+
+/// How long `check` waits for a store that is reachable but not answering
+/// yet: its connection opens on first use, and a decision sent before it is
+/// up (within `--store-timeout-ms`) would be the policy's, not the store's.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(2);
+
+/// The failure policy answered instead of the store (the decision is
+/// printed all the same, with `"degraded":true`), and why the store did
+/// not answer when that is known.
+#[derive(Debug)]
+pub struct Degraded(pub Option<String>);
+
+impl std::fmt::Display for Degraded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the store did not decide")?;
+        if let Some(why) = &self.0 {
+            write!(f, " ({why})")?;
+        }
+        f.write_str(": --on-store-error answered, and the decision printed is degraded")
+    }
+}
+
+impl std::error::Error for Degraded {}
 
 /// One decision to take (see `slidegate check --help`).
 #[derive(Clone, Debug)]
@@ -30,7 +58,8 @@ pub struct CheckOptions {
 }
 
 /// Decides once and prints the decision as one line of JSON on stdout
-/// (with `--wait`, once its turn has come, with `waited_ms`).
+/// (with `--wait`, once its turn has come, with `waited_ms`); a degraded
+/// decision is printed, then returned as the error [`Degraded`].
 pub async fn run(args: CheckOptions) -> anyhow::Result<()> {
     let checked = decide(&args).await?;
     let mut json = serde_json::to_string(&checked.decision)?;
@@ -41,6 +70,9 @@ pub async fn run(args: CheckOptions) -> anyhow::Result<()> {
         json.push_str(&format!(",\"waited_ms\":{waited_ms}}}"));
     }
     println!("{json}");
+    if checked.decision.degraded {
+        return Err(Degraded(checked.unready).into());
+    }
     Ok(())
 }
 
@@ -51,6 +83,8 @@ pub struct Checked {
     pub decision: DecisionBody,
     /// With `--wait`, when admitted: how long it waited for its turn.
     pub waited: Option<std::time::Duration>,
+    /// Why the store was not ready before the decision, if it was not.
+    pub unready: Option<String>,
 }
 
 /// Decides once against the store `--store` names; with `--wait`, reserves
@@ -59,6 +93,7 @@ pub async fn decide(args: &CheckOptions) -> anyhow::Result<Checked> {
     let backend = Backend::connect(&args.store)
         .await
         .context("cannot open the store")?;
+    let unready = wait_ready(&backend).await;
     let rules: Vec<Rule> = args
         .rates
         .iter()
@@ -80,6 +115,7 @@ pub async fn decide(args: &CheckOptions) -> anyhow::Result<Checked> {
         return Ok(Checked {
             decision: DecisionBody::from(&outcome.decision),
             waited: None,
+            unready,
         });
     };
     let (outcome, wait) = adhoc::reserve(&backend, &args.key, &rules, args.cost, max_wait).await?;
@@ -90,5 +126,22 @@ pub async fn decide(args: &CheckOptions) -> anyhow::Result<Checked> {
     Ok(Checked {
         decision: DecisionBody::from(&outcome.decision),
         waited: allowed.then_some(wait),
+        unready,
     })
+}
+
+/// Waits up to [`CONNECT_WAIT`] for the store to answer; returns why it
+/// does not. A store that cannot be reached (its error names the cause,
+/// not a timeout) is not waited for.
+async fn wait_ready(backend: &Backend) -> Option<String> {
+    let deadline = Instant::now() + CONNECT_WAIT;
+    loop {
+        match backend.ready().await {
+            Ok(()) => return None,
+            Err(slidegate::Error::Timeout(_)) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(error) => return Some(error.to_string()),
+        }
+    }
 }

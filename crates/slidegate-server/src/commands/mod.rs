@@ -66,6 +66,10 @@ pub fn run(runtime: &tokio::runtime::Runtime, invocation: Invocation) -> ExitCod
     }
     match result {
         Ok(_) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<check::Degraded>().is_some() => {
+            eprintln!("warning: {error}");
+            ExitCode::from(check::DEGRADED_EXIT_CODE)
+        }
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE

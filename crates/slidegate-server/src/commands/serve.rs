@@ -133,6 +133,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
     };
     let admin_token = args.admin_token()?;
     let kind = backend.kind();
+    let address = backend.address().to_owned();
     let probe = backend.clone();
     let redis = backend.redis();
     let mut parts = Parts::new(backend)
@@ -173,6 +174,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
         http_addr = %http_listener.local_addr()?,
         grpc_addr = %grpc_listener.local_addr()?,
         store = kind,
+        store_address = %address,
         rules = ?args.config,
         "slidegate is serving"
     );

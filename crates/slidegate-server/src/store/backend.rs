@@ -14,7 +14,8 @@ use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{Decision, Error, Hit, MemoryStore, Rule, Store};
 
 use super::options::{ClockMode, CoalesceMode, StoreOptions};
-use super::url::{StoreUrl, redis_nodes};
+use super::reach;
+use super::url::{StoreUrl, redact_url, redis_nodes};
 use crate::spans;
 use crate::telemetry::stats::{BreakerState, StoreInfo};
 use crate::telemetry::store_calls::Instrumented;
@@ -38,7 +39,13 @@ pub enum Backend {
     /// Redis, Redis Cluster or a master found through Redis Sentinel,
     /// shared by every instance, behind the failure
     /// policy, the deadline, the circuit breaker and the local deny cache.
-    Redis(ResilientStore<Instrumented<RedisStore>>),
+    Redis {
+        /// The store, behind its failure policy.
+        store: ResilientStore<Instrumented<RedisStore>>,
+        /// Its URL without credentials, for logs and for saying why it
+        /// does not answer.
+        address: String,
+    },
 }
 
 /// The memory store, and what to answer when it is full (of keys or of
@@ -80,7 +87,7 @@ impl Backend {
     /// decision (the limits shared through Redis); `None` for memory.
     pub fn redis(&self) -> Option<RedisStore> {
         match self {
-            Backend::Redis(store) => Some(store.inner().inner().clone()),
+            Backend::Redis { store, .. } => Some(store.inner().inner().clone()),
             Backend::Memory(_) => None,
         }
     }
@@ -130,7 +137,10 @@ impl Backend {
                     .deny_cache((args.deny_cache_entries > 0).then_some(args.deny_cache_entries))
                     .max_in_flight(args.max_store_calls as usize)
                     .build();
-                Ok(Backend::Redis(store))
+                Ok(Backend::Redis {
+                    store,
+                    address: redact_url(url).into_owned(),
+                })
             }
         }
     }
@@ -144,7 +154,7 @@ impl Backend {
                 breakers: Vec::new(),
                 deny_cache_entries: 0,
             },
-            Backend::Redis(store) => {
+            Backend::Redis { store, .. } => {
                 let open_nodes = store.open_circuits();
                 // The whole store's breaker is open when the store is
                 // degraded with no node's open.
@@ -167,12 +177,21 @@ impl Backend {
         }
     }
 
+    /// Where the store is, for logs: `memory`, or the Redis URL without
+    /// its credentials.
+    pub fn address(&self) -> &str {
+        match self {
+            Backend::Memory(_) => "memory",
+            Backend::Redis { address, .. } => address,
+        }
+    }
+
     /// The kind of store, for logs and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
             Backend::Memory(_) => "memory",
-            Backend::Redis(store) if store.inner().inner().is_cluster() => "redis_cluster",
-            Backend::Redis(_) => "redis",
+            Backend::Redis { store, .. } if store.inner().inner().is_cluster() => "redis_cluster",
+            Backend::Redis { .. } => "redis",
         }
     }
 }
@@ -189,7 +208,7 @@ impl Store for Backend {
                 let result = spans::store_call("memory", "acquire", call).await;
                 m.or_when_full(result, |m| m.when_full(min_limit(rules)))
             }
-            Backend::Redis(store) => {
+            Backend::Redis { store, .. } => {
                 let call = store.acquire(key, rules, cost);
                 spans::store_call(self.kind(), "acquire", call).await
             }
@@ -214,7 +233,7 @@ impl Store for Backend {
                 let result = m.store.acquire_now(key, rules, cost)?;
                 Some(m.or_when_full(result, |m| m.when_full(min_limit(rules))))
             }
-            Backend::Redis(store) => store.acquire_now(key, rules, cost),
+            Backend::Redis { store, .. } => store.acquire_now(key, rules, cost),
         }
     }
 
@@ -227,7 +246,7 @@ impl Store for Backend {
                     hits.iter().map(|h| m.when_full(h.rule.limit())).collect()
                 })
             }
-            Backend::Redis(store) => {
+            Backend::Redis { store, .. } => {
                 let call = store.acquire_batch(hits);
                 spans::store_call(self.kind(), "acquire_batch", call).await
             }
@@ -247,21 +266,29 @@ impl Store for Backend {
                     slidegate::store::BatchReservation::new(decisions, None)
                 })
             }
-            Backend::Redis(store) => store.reserve_batch(hits, max_wait).await,
+            Backend::Redis { store, .. } => store.reserve_batch(hits, max_wait).await,
         }
     }
 
     async fn reset(&self, key: &str) -> slidegate::Result<()> {
         match self {
             Backend::Memory(m) => Store::reset(&m.store, key).await,
-            Backend::Redis(store) => store.reset(key).await,
+            Backend::Redis { store, .. } => store.reset(key).await,
         }
     }
 
     async fn ready(&self) -> slidegate::Result<()> {
         match self {
             Backend::Memory(m) => Store::ready(&m.store).await,
-            Backend::Redis(store) => store.ready().await,
+            Backend::Redis { store, address } => match store.ready().await {
+                Ok(()) => Ok(()),
+                // The store's own error is a timeout or a closed circuit:
+                // the network says why.
+                Err(error) => Err(match reach::unreachable(redis_nodes(address)).await {
+                    Some(why) => Error::Store(format!("{error}: {why}")),
+                    None => error,
+                }),
+            },
         }
     }
 
@@ -271,7 +298,7 @@ impl Store for Backend {
     ) -> bool {
         match self {
             Backend::Memory(_) => false,
-            Backend::Redis(store) => store.watch_changes(listener),
+            Backend::Redis { store, .. } => store.watch_changes(listener),
         }
     }
 }

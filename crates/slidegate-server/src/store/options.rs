@@ -28,6 +28,15 @@ pub const DEFAULT_DENY_CACHE_ENTRIES: usize = 100_000;
 /// `--max-store-calls`' default.
 pub const DEFAULT_MAX_STORE_CALLS: u32 = 1024;
 
+/// What `--max-store-calls` does, in the words of `serve`, `check` and
+/// `bench --help`: one sentence, so that help, README and behaviour
+/// (`tests/store_calls.rs`) cannot drift apart again.
+pub const MAX_STORE_CALLS_HELP: &str = "Calls to a Redis store in flight at once; a decision \
+    beyond them waits for one to end, within --store-timeout-ms, then is answered by \
+    --on-store-error (with `local`, by this instance's own memory store). Raise it for bursts \
+    of more requests at once (waiting ones: `max_wait_ms`); lower it to bound what a slow \
+    Redis can hold.";
+
 /// Whose clock the Redis store uses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ClockMode {

@@ -12,6 +12,10 @@
 //! | `slidegate_connections_refused_total` | counter | `listener` (http, grpc), `reason` (per_ip) |
 //! | `slidegate_requests_in_flight` | gauge | `protocol` (http, grpc) |
 //! | `slidegate_store_circuit_open` | gauge | `node` (the Redis node's address: one series per master) |
+//! | `slidegate_waiting_requests` | gauge | none |
+//! | `slidegate_deny_cache_hits_total` | counter | none (denials answered by the library's deny cache) |
+//!
+//! Each has a `# HELP` line ([`super::families`]).
 //!
 //! # Cardinality
 //!

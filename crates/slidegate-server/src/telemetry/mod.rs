@@ -11,6 +11,7 @@ use std::time::Duration;
 use slidegate::{Decision, Store};
 
 mod counts;
+pub mod families;
 pub mod limits;
 pub mod logging;
 pub mod metrics;

@@ -2,13 +2,15 @@
 //! and the tracing layer that feeds it. What is exported is the spans of
 //! [`crate::spans`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
 use tracing_subscriber::Layer;
 use tracing_subscriber::registry::LookupSpan;
 
@@ -55,6 +57,11 @@ where
         .with_endpoint(endpoint)
         .build()
         .map_err(|e| anyhow::anyhow!("cannot export spans to {endpoint}: {e}"))?;
+    let exporter = WarnOnce {
+        inner: exporter,
+        endpoint: endpoint.to_owned(),
+        warned: AtomicBool::new(false),
+    };
     let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(Resource::builder().with_service_name("slidegate").build())
@@ -68,4 +75,45 @@ where
         .with_filter(filter);
     spans::set_enabled(true);
     Ok((Otlp { provider }, layer))
+}
+
+/// The exporter, with its first failure logged (a WARN, once per process):
+/// the SDK drops a batch it cannot send without a word, so a wrong
+/// `--otlp-endpoint` (a closed port, a name that does not resolve) would
+/// lose every span in silence. Once is enough: the endpoint is fixed at
+/// start, and a line per batch would flood the log of a collector outage.
+#[derive(Debug)]
+struct WarnOnce<E> {
+    inner: E,
+    endpoint: String,
+    warned: AtomicBool,
+}
+
+impl<E: SpanExporter> SpanExporter for WarnOnce<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let result = self.inner.export(batch).await;
+        if let Err(error) = &result
+            && !self.warned.swap(true, Ordering::Relaxed)
+        {
+            tracing::warn!(
+                endpoint = %self.endpoint,
+                %error,
+                "cannot export spans to the OTLP endpoint: they are dropped \
+                 (logged once; check --otlp-endpoint and the collector)"
+            );
+        }
+        result
+    }
+
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
+    }
 }

@@ -28,7 +28,10 @@ pub fn install() -> PrometheusHandle {
                 )
                 .unwrap_or_else(|_| PrometheusBuilder::new());
             match builder.install_recorder() {
-                Ok(handle) => handle,
+                Ok(handle) => {
+                    super::families::describe();
+                    handle
+                }
                 // Another recorder is installed (an embedding program's):
                 // keep a private one so /metrics still answers.
                 Err(_) => PrometheusBuilder::new().build_recorder().handle(),

@@ -3,13 +3,17 @@
 //! other and with the binary's flags, its rules pass `validate-config`,
 //! Envoy's descriptors match the rules, the Dockerfile's health check
 //! passes against a running server (and fails without one), and the
-//! systemd unit passes `systemd-analyze verify`.
+//! systemd unit passes `systemd-analyze verify` (with its admin token lines
+//! too). And what a newcomer runs first: the Envoy examples (complete, and
+//! safe), the example rules directory, the image tag, the docs' `--config`
+//! paths.
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 
+use clap::CommandFactory;
 use serde_json::Value;
 use slidegate_server::rules::{LoadOptions, RateLimitConfig};
 
@@ -95,6 +99,152 @@ fn the_compose_rules_pass_validate_config() {
 }
 
 #[test]
+fn the_example_rules_directory_passes_validate_config() {
+    let rules = support::repo().join("examples/rules");
+    assert_valid(&[&rules], &["api", "web"]);
+}
+
+/// The `--config PATH` arguments of the commands the docs and `--help`
+/// show: each relative path is one of the repository's, so the commands run
+/// as written from a clone (absolute ones are a deployment's own).
+#[test]
+fn every_config_path_the_docs_run_is_in_the_repository() {
+    let mut texts: Vec<(String, String)> = [
+        "README.md",
+        "docs/DEPLOYING.md",
+        "crates/slidegate-server/README.md",
+    ]
+    .into_iter()
+    .map(|p| (p.to_owned(), support::read(p)))
+    .collect();
+    let help = slidegate_server::cli::Cli::command()
+        .get_after_help()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    texts.push(("slidegate --help".to_owned(), help));
+    let mut seen = 0;
+    for (place, text) in &texts {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        for pair in words.windows(2) {
+            if pair[0] != "--config" {
+                continue;
+            }
+            let path = pair[1].trim_end_matches(['`', ')', ',', '\\']);
+            if path.starts_with('/') || path.starts_with('$') {
+                continue;
+            }
+            seen += 1;
+            assert!(
+                support::repo().join(path).exists(),
+                "{place}: --config {path} is not in the repository"
+            );
+        }
+    }
+    assert!(seen >= 4, "only {seen} --config paths found");
+}
+
+/// The HTTP connection manager that calls the rate limit filter.
+fn rate_limit_hcm(envoy: &Value) -> &Value {
+    envoy["static_resources"]["listeners"]
+        .as_array()
+        .expect("listeners")
+        .iter()
+        .flat_map(|l| l["filter_chains"].as_array().into_iter().flatten())
+        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
+        .map(|f| &f["typed_config"])
+        .find(|hcm| {
+            hcm["http_filters"].as_array().is_some_and(|fs| {
+                fs.iter()
+                    .any(|f| f["name"] == "envoy.filters.http.ratelimit")
+            })
+        })
+        .expect("a connection manager with the rate limit filter")
+}
+
+/// The rate limit filter's `timeout`, from a config holding it.
+fn filter_timeout(filter: &Value) -> std::time::Duration {
+    let text = filter["timeout"].as_str().expect("a timeout");
+    let secs: f64 = text
+        .strip_suffix('s')
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("timeout {text:?} is not N.Ns"));
+    std::time::Duration::from_secs_f64(secs)
+}
+
+/// Envoy's filter timeout must leave slidegate's store deadline room to
+/// answer by its policy (docs/RELIABILITY.md): twice the default at least.
+fn assert_well_above_the_store_deadline(place: &str, timeout: std::time::Duration) {
+    let store = std::time::Duration::from_millis(slidegate_server::store::DEFAULT_TIMEOUT_MS);
+    assert!(
+        timeout >= 2 * store,
+        "{place}: Envoy's timeout {timeout:?} is not well above --store-timeout-ms {store:?}"
+    );
+}
+
+#[test]
+fn the_envoy_examples_are_complete_and_safe() {
+    for file in [
+        "docs/examples/envoy.yaml",
+        &format!("{COMPOSE_DIR}/envoy.yaml"),
+    ] {
+        let envoy = yaml(file);
+        let hcm = rate_limit_hcm(&envoy);
+        assert_eq!(
+            hcm["use_remote_address"], true,
+            "{file}: remote_address would follow a client's X-Forwarded-For"
+        );
+        let filter = hcm["http_filters"]
+            .as_array()
+            .expect("filters")
+            .iter()
+            .find(|f| f["name"] == "envoy.filters.http.ratelimit")
+            .expect("the rate limit filter");
+        assert_well_above_the_store_deadline(file, filter_timeout(&filter["typed_config"]));
+        // The backend is served: by a listener of the same Envoy.
+        let resources = &envoy["static_resources"];
+        let listening: Vec<(String, u64)> = resources["listeners"]
+            .as_array()
+            .expect("listeners")
+            .iter()
+            .map(|l| socket(&l["address"]))
+            .collect();
+        let backend = resources["clusters"]
+            .as_array()
+            .expect("clusters")
+            .iter()
+            .find(|c| c["name"] == "backend")
+            .unwrap_or_else(|| panic!("{file}: no backend cluster"));
+        let endpoint = socket(
+            &backend["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"],
+        );
+        assert!(
+            listening.contains(&endpoint),
+            "{file}: the backend {endpoint:?} is served by nothing in it (listeners {listening:?})"
+        );
+    }
+    // The README's snippet of the filter.
+    let readme = support::read("README.md");
+    let snippet = readme
+        .split("```yaml")
+        .skip(1)
+        .filter_map(|block| block.split("```").next())
+        .find(|block| block.contains("rate_limit_service"))
+        .expect("the README's rate limit filter snippet");
+    let snippet: Value = serde_saphyr::from_str(snippet).expect("the snippet is YAML");
+    let filter = &snippet["http_filters"][0]["typed_config"];
+    assert_well_above_the_store_deadline("README.md", filter_timeout(filter));
+}
+
+/// `(address, port)` of an Envoy `address: {socket_address: …}`.
+fn socket(address: &Value) -> (String, u64) {
+    let socket = &address["socket_address"];
+    (
+        socket["address"].as_str().expect("an address").to_owned(),
+        socket["port_value"].as_u64().expect("a port"),
+    )
+}
+
+#[test]
 fn the_compose_file_wires_envoy_slidegate_and_redis_with_real_flags() {
     let compose = yaml(&format!("{COMPOSE_DIR}/docker-compose.yml"));
     let services = &compose["services"];
@@ -172,20 +322,7 @@ struct RateLimitUse {
 
 fn rate_limit_use(envoy: &Value) -> RateLimitUse {
     let resources = &envoy["static_resources"];
-    let hcm = resources["listeners"]
-        .as_array()
-        .expect("listeners")
-        .iter()
-        .flat_map(|l| l["filter_chains"].as_array().into_iter().flatten())
-        .flat_map(|c| c["filters"].as_array().into_iter().flatten())
-        .map(|f| &f["typed_config"])
-        .find(|hcm| {
-            hcm["http_filters"].as_array().is_some_and(|fs| {
-                fs.iter()
-                    .any(|f| f["name"] == "envoy.filters.http.ratelimit")
-            })
-        })
-        .expect("a connection manager with the rate limit filter");
+    let hcm = rate_limit_hcm(envoy);
     let filter = &hcm["http_filters"]
         .as_array()
         .expect("filters")
@@ -411,15 +548,97 @@ fn the_systemd_unit_starts_slidegate_with_flags_it_knows() {
     }
 }
 
+/// The unit with its admin token lines uncommented.
+fn with_admin_token(unit: &str) -> String {
+    let lines: Vec<&str> = unit
+        .lines()
+        .map(|l| {
+            l.strip_prefix('#')
+                .filter(|l| {
+                    l.starts_with("LoadCredential=")
+                        || l.starts_with("Environment=SLIDEGATE_ADMIN_TOKEN_FILE=")
+                })
+                .unwrap_or(l)
+        })
+        .collect();
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn the_systemd_unit_hands_the_admin_token_over_as_a_credential() {
+    let unit = with_admin_token(&support::read(UNIT));
+    assert!(unit.contains("\nDynamicUser=yes\n"), "{unit}");
+    let credential = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("LoadCredential="))
+        .expect("a LoadCredential line to uncomment");
+    let (name, source) = credential.split_once(':').expect("NAME:PATH");
+    assert!(Path::new(source).is_absolute(), "{source}");
+    let file = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Environment=SLIDEGATE_ADMIN_TOKEN_FILE="))
+        .expect("an Environment line to uncomment");
+    // %d: the credentials directory, which the dynamic user can read.
+    assert_eq!(file, format!("%d/{name}"));
+    assert!(serve_env_vars().contains("SLIDEGATE_ADMIN_TOKEN_FILE"));
+}
+
+#[test]
+fn the_compose_file_gives_slidegate_its_shutdown_grace() {
+    let compose = yaml(&format!("{COMPOSE_DIR}/docker-compose.yml"));
+    let period = compose["services"]["slidegate"]["stop_grace_period"]
+        .as_str()
+        .expect("a stop_grace_period");
+    let period: u64 = period
+        .strip_suffix('s')
+        .and_then(|s| s.parse().ok())
+        .expect("N s");
+    let grace = slidegate_server::net::http1::DEFAULT_SHUTDOWN_GRACE;
+    assert!(
+        std::time::Duration::from_secs(period) > grace,
+        "stop_grace_period {period}s leaves no margin over --shutdown-grace {grace:?}"
+    );
+}
+
+#[test]
+fn the_image_the_docs_build_is_the_one_kubernetes_runs() {
+    let deploying = support::read("docs/DEPLOYING.md");
+    let tag = deploying
+        .lines()
+        .find_map(|l| l.strip_prefix("docker build -t "))
+        .and_then(|rest| rest.strip_suffix(" ."))
+        .expect("a docker build -t TAG . line");
+    assert_eq!(
+        tag,
+        format!("slidegate:{}", env!("CARGO_PKG_VERSION")),
+        "the build's tag"
+    );
+    let images: Vec<&str> = deploying
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("image: "))
+        .collect();
+    assert!(!images.is_empty(), "no image: in DEPLOYING.md");
+    for image in images {
+        assert_eq!(image, tag, "an image the docs' build does not make");
+    }
+}
+
 #[test]
 fn the_systemd_unit_passes_systemd_analyze_verify() {
     if !support::tool("systemd-analyze", &["--version"], "systemd") {
         return;
     }
+    let shipped = support::read(UNIT);
+    for unit in [shipped.clone(), with_admin_token(&shipped)] {
+        verify_unit(&unit);
+    }
+}
+
+/// Asserts that `systemd-analyze verify` finds nothing to say about `unit`.
+fn verify_unit(unit: &str) {
     // verify checks that ExecStart's program exists: point it at the
     // binary under test, and change nothing else.
-    let unit = support::read(UNIT);
-    let program = exec_start(&unit).remove(0);
+    let program = exec_start(unit).remove(0);
     let binary = std::fs::canonicalize(support::binary()).expect("the binary exists");
     let dir = tempfile::tempdir().expect("a temporary directory");
     let copy = dir.path().join("slidegate.service");

@@ -20,7 +20,8 @@ use crate::rate::Rule;
 pub trait Store: Send + Sync {
     /// Decides one request of `cost` for `key` under every rule in `rules`:
     /// allowed only if every rule allows it; then recorded in all rules,
-    /// otherwise in none. `cost` 0 checks without consuming (see [`peek`](Store::peek)).
+    /// otherwise in none. `cost` 0 consumes nothing and asks whether one more
+    /// would pass, so it is denied on a full window (see [`peek`](Store::peek)).
     fn acquire(
         &self,
         key: &str,

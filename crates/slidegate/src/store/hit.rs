@@ -5,7 +5,8 @@ use crate::rate::Rule;
 /// One part of an atomic batch: `cost` units of `rule` for `key`.
 ///
 /// A batch passes only if every hit passes; then all are recorded,
-/// otherwise none. A cost of 0 checks without consuming.
+/// otherwise none. A cost of 0 consumes nothing and asks whether one more
+/// would pass: it is denied on a full window.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Hit<'a, Q: ?Sized = str> {
     /// The key the rule applies to (`"login:10.0.0.1"`).

@@ -39,6 +39,7 @@ use axum::routing::{get, post};
 use http::StatusCode;
 use slidegate::Store;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
@@ -116,5 +117,18 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
     } else {
         router
     };
-    router.layer(TraceLayer::new_for_http())
+    router.layer(TraceLayer::new_for_http().on_failure(log_failure))
+}
+
+/// tower-http's failure log, but a 503 at DEBUG: it is the answer of a
+/// store that is not ready, or of too many waiters, which the code that
+/// answers it logs once in a while (`/readyz` is probed every few
+/// seconds; an ERROR line per probe would bury the cause).
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    match class {
+        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
+            tracing::debug!(classification = %class, ?latency, "response failed");
+        }
+        class => tracing::error!(classification = %class, ?latency, "response failed"),
+    }
 }

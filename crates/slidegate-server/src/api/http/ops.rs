@@ -1,7 +1,9 @@
 //! The routes of operators and orchestrators: `GET /healthz`, `GET
 //! /readyz`, `GET /metrics`, and the answer to an unknown route.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::extract::State;
@@ -16,6 +18,10 @@ use crate::telemetry::metrics;
 
 /// How long `/readyz` waits for the store before answering 503.
 pub const READY_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How often a failing `/readyz` is logged at most: an orchestrator probes
+/// every few seconds, and an outage must not write a line per probe.
+pub const NOT_READY_LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// `GET /metrics`: Prometheus text.
 pub(super) async fn metrics_text<S>(
@@ -63,7 +69,7 @@ pub(super) async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Respon
         Ok(Err(error)) => error.to_string(),
         Err(_) => format!("the store did not answer within {READY_TIMEOUT:?}"),
     };
-    tracing::warn!(%error, "not ready");
+    log_not_ready(&error);
     let mut body = json!({
         "status": "unavailable",
         "error": {"code": ErrorCode::StoreUnavailable, "message": error},
@@ -74,10 +80,31 @@ pub(super) async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Respon
     (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
 }
 
+/// Logs why the store is not ready, at most once per
+/// [`NOT_READY_LOG_EVERY`], with how many failed probes went unlogged.
+fn log_not_ready(error: &str) {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    if last.is_some_and(|at| at.elapsed() < NOT_READY_LOG_EVERY) {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    *last = Some(Instant::now());
+    drop(last);
+    let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
+    tracing::warn!(
+        %error,
+        unlogged,
+        "not ready (logged at most every {}s; `unlogged` failed probes since the last line)",
+        NOT_READY_LOG_EVERY.as_secs()
+    );
+}
+
 /// Any other route.
 pub(super) async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, PUT, GET and DELETE /v1/keys/{key}/limit, GET /v1/config/domains, PUT, GET and DELETE /v1/config/domains/{domain}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
+        "no such route; the API has POST /v1/acquire, POST /v1/check, POST /json (envoyproxy/ratelimit's name for /v1/check), GET and DELETE /v1/keys/{key}, PUT, GET and DELETE /v1/keys/{key}/limit, GET /v1/config/domains, PUT, GET and DELETE /v1/config/domains/{domain}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
     )
 }

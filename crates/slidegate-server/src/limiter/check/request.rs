@@ -21,7 +21,8 @@ pub struct CheckRequest {
 pub struct DescriptorRequest {
     /// `(key, value)` entries, outermost first.
     pub entries: Vec<(String, String)>,
-    /// Overrides the request's `hits_addend`; 0 checks without consuming.
+    /// Overrides the request's `hits_addend`; 0 consumes nothing and asks
+    /// whether one more would pass (the request's own 0 means 1).
     pub hits_addend: Option<u64>,
     /// A limit sent by Envoy in place of the config's.
     pub limit_override: Option<(u64, Unit)>,

@@ -17,7 +17,8 @@ pub struct AcquireRequest {
     /// names none: the limits set for the key at run time decide it (and
     /// a key without any is refused).
     pub rules: Vec<Rule>,
-    /// Units the request consumes; 0 checks without consuming.
+    /// Units the request consumes; 0 consumes nothing and asks whether one
+    /// more would pass (denied on a full window).
     pub cost: u64,
     /// How long the request may wait for its turn when it does not fit
     /// now (`max_wait_ms`, 0 by default: refused at once); at most

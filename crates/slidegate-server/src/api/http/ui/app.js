@@ -170,6 +170,23 @@ function limitText(rl) {
   return rl.requests_per_unit + " / " + per + (rl.algorithm ? " (" + rl.algorithm + ")" : "");
 }
 
+// A duration in milliseconds in the largest whole unit (`1h`, `15m`, `250ms`).
+function fmtMs(ms) {
+  for (const [unit, size] of [["d", 86400000], ["h", 3600000], ["m", 60000], ["s", 1000]]) {
+    if (ms >= size && ms % size === 0) return ms / size + unit;
+  }
+  return ms + "ms";
+}
+
+// What the rule does beyond its limit, as /v1/config has it.
+function optionsText(rl) {
+  const options = [];
+  if (rl.block_for_ms !== undefined) options.push("lockout " + fmtMs(rl.block_for_ms));
+  if (rl.report) options.push("report");
+  if (rl.replaces) options.push("replaces " + rl.replaces.join(", "));
+  return options.join(", ") || "–";
+}
+
 function renderConfig(c) {
   const body = $("rules").tBodies[0];
   body.replaceChildren();
@@ -183,7 +200,8 @@ function renderConfig(c) {
           const modes = ["shadow_mode", "quota_mode", "detailed_metric"].filter((m) => d.rate_limit[m]);
           const row = el("tr");
           row.append(el("td", domain.domain), el("td", here.join(" › "), "key"),
-            el("td", limitText(d.rate_limit)), el("td", modes.join(", ") || "enforced"), el("td", file));
+            el("td", limitText(d.rate_limit)), el("td", modes.join(", ") || "enforced"),
+            el("td", optionsText(d.rate_limit)), el("td", file));
           body.append(row);
         }
         if (d.descriptors) walk(d.descriptors, here);
@@ -201,7 +219,7 @@ function renderConfig(c) {
   if (c.domains.length === 0) {
     const row = el("tr");
     const cell = el("td", "no rules (only /v1/acquire decides)", "muted");
-    cell.colSpan = 5;
+    cell.colSpan = 6;
     row.append(cell);
     body.append(row);
   }
