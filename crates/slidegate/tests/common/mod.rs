@@ -3,6 +3,7 @@ pub mod boundary;
 pub mod contention;
 pub mod cost;
 pub mod exactness;
+pub mod leases;
 pub mod options;
 pub mod redis_log;
 pub mod redis_server;

@@ -84,3 +84,4 @@ mod sentinel;
 mod store;
 mod topology;
 mod url;
+mod wakers;
