@@ -17,7 +17,6 @@ use super::sentinel::Sentinel;
 use super::store::RedisStore;
 use super::topology::Topology;
 use super::url::{NodeUrl, cluster_nodes, sentinel_url};
-use super::wakers::Wakers;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::store::contract::Store;
@@ -269,7 +268,6 @@ impl RedisStoreBuilder {
                 connect_timeout: self.connect_timeout,
                 calls,
                 max_leases: self.max_leases,
-                wakers: Arc::new(Wakers::default()),
             }),
         })
     }

@@ -18,9 +18,8 @@ local REPORT, LOCKOUT = 8, 16
 -- coalesced call).
 local MODE_SCALE = 1048576
 local PLAIN, RECORD, CHECK, UNDO, COALESCED, RESERVE, WITH_OPTIONS = 0, 1, 2, 3, 4, 5, 6
--- The calls of leases (lease.lua): a budget, places, a settlement, a
--- waiter leaving its queue.
-local LEASE, PLACES, SETTLE, LEAVE = 7, 8, 9, 10
+-- The calls of leases (lease.lua): a budget, places, a settlement.
+local LEASE, PLACES, SETTLE = 7, 8, 9
 -- What a lease's record says it holds.
 local BUDGET_LEASE, PLACES_LEASE = 0, 1
 -- A single sliding-log hit's denial, answered as one integer:

@@ -58,8 +58,6 @@ pub(super) enum Mode {
     Places = 8,
     /// A commit or a release of a lease.
     Settle = 9,
-    /// A waiter for places leaving its queue.
-    Leave = 10,
 }
 
 /// What a lease's record says it holds (`lease.lua`): a budget.
@@ -70,7 +68,7 @@ pub(super) const PLACES_LEASE: f64 = 1.0;
 impl Mode {
     /// Every mode, for the test that the two tables agree.
     #[cfg(test)]
-    pub(super) const ALL: [Mode; 11] = [
+    pub(super) const ALL: [Mode; 10] = [
         Mode::Plain,
         Mode::Record,
         Mode::Check,
@@ -81,7 +79,6 @@ impl Mode {
         Mode::Lease,
         Mode::Places,
         Mode::Settle,
-        Mode::Leave,
     ];
 
     /// The first number of a call of `hits` hits (or decisions) in this
@@ -157,7 +154,6 @@ mod tests {
                 Mode::Lease => "LEASE",
                 Mode::Places => "PLACES",
                 Mode::Settle => "SETTLE",
-                Mode::Leave => "LEAVE",
             };
             want.insert(name.to_owned(), f64::from(mode as u8));
         }

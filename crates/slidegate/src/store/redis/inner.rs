@@ -20,7 +20,6 @@ use super::plan::{Plan, Step};
 use super::script::{load_command, plain_call};
 use super::sentinel::{Master, Sentinel};
 use super::topology::Topology;
-use super::wakers::Wakers;
 use crate::error::{Error, Result};
 use crate::store::changes::Change;
 use crate::store::resilient::gate;
@@ -41,11 +40,8 @@ pub(super) struct Inner {
     /// The changes other processes make, for the deny caches that watch
     /// this store.
     pub(super) feed: Arc<Feed>,
-    /// The most leases open at once (see `leases.rs`).
+    /// The most leases open at once (see `leases.rs`; 0: not bounded).
     pub(super) max_leases: usize,
-    /// The requests of this process waiting for places, woken by the
-    /// change feed when a place is freed.
-    pub(super) wakers: Arc<Wakers>,
 }
 
 /// How the store reaches Redis.

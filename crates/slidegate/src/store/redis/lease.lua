@@ -1,5 +1,5 @@
 -- slidegate: leases (see store/lease.rs): a budget or places taken before
--- the work, settled after. Four modes (codes.lua), each a call of its own
+-- the work, settled after. Three modes (codes.lua), each a call of its own
 -- on the slot of the lease's key; nothing here runs for other calls.
 --
 -- A lease's record is one STRING (KEYS after the states): the byte 1
@@ -31,8 +31,6 @@
 --     what was used beyond it as a report; places are freed, and waiters
 --     told on the change feed. Reply: over the limit (1/0), then four
 --     numbers per rule: its state, as a probe sees it.
---   LEAVE: a waiter that gives up leaves the queue of each concurrency
---     rule (KEYS: their states); ARGV[2]: its member.
 
 if mode >= LEASE then
   -- Keeps `key` until at least `deadline` (µs), never shortening its life.
@@ -138,13 +136,6 @@ if mode >= LEASE then
       end
     end
     return bpack('<' .. string.rep('d', 4 * n), unpack(reply))
-  end
-
-  if mode == LEAVE then
-    for i = 1, n do
-      redis.call('ZREM', KEYS[i] .. ':q', ARGV[2])
-    end
-    return 1
   end
 
   -- SETTLE
