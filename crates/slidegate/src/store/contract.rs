@@ -181,8 +181,12 @@ pub trait Store: Send + Sync {
     /// [`waited`](Lease::waited), or the denial once passing would take
     /// longer than `max_wait`.
     ///
-    /// By default, asks again after each `retry_after` (other callers may
-    /// pass ahead); the stores of this crate queue waiters for places.
+    /// By default, asks again: for places every few milliseconds (5 ms,
+    /// doubling to 50 ms), since a release in any process frees one and no
+    /// one is told; for a budget after each `retry_after`, giving up at
+    /// once when that is beyond the wait. Other callers may pass ahead
+    /// (the Redis store and [`ResilientStore`](super::resilient::ResilientStore)
+    /// wait so); the memory store queues waiters for places.
     fn reserve_lease_wait(
         &self,
         key: &str,
@@ -194,14 +198,20 @@ pub trait Store: Send + Sync {
         async move {
             let started = Instant::now();
             let deadline = started + max_wait.min(super::reserve::MAX_WAIT);
+            let places = rules
+                .iter()
+                .any(|r| r.algorithm() == crate::rate::Algorithm::Concurrency);
+            let mut pause = Duration::from_millis(5);
             loop {
                 let lease = self.reserve_lease(key, rules, cost, time).await?;
                 let left = deadline.saturating_duration_since(Instant::now());
                 let retry = lease.decision().retry_after();
-                if lease.granted() || left.is_zero() || retry > left {
+                if lease.granted() || left.is_zero() || (!places && retry > left) {
                     return Ok(lease.after_waiting(started.elapsed()));
                 }
-                tokio::time::sleep(retry.max(Duration::from_millis(1))).await;
+                let nap = if places { pause.min(retry) } else { retry };
+                tokio::time::sleep(nap.clamp(Duration::from_millis(1), left)).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
             }
         }
     }

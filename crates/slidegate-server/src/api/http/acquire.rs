@@ -24,6 +24,9 @@ pub(super) async fn acquire<S: Store>(
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
     let request = request::parse_acquire(&body, &state.bounds)?;
+    if let Some(time) = request.lease {
+        return super::leases::acquire_lease(state, request, time).await;
+    }
     if !request.max_wait.is_zero() {
         return acquire_waiting(state, request).await;
     }
@@ -102,6 +105,19 @@ pub(super) async fn peek<S: Store>(
     })?;
     let request = request::parse_peek(key, query, &state.bounds)?;
     let answer = state.limiter.peek(&request.key, request.rule).await?;
+    if request.rule.algorithm() == slidegate::Algorithm::Concurrency {
+        // The places held: what a concurrency limit is about.
+        let held = request
+            .rule
+            .limit()
+            .saturating_sub(answer.decision.remaining());
+        let mut body = DecisionBody::from(&answer.decision).to_json();
+        body.pop();
+        body.push_str(",\"held\":");
+        body.push_str(itoa::Buffer::new().format(held));
+        body.push('}');
+        return Ok(respond(StatusCode::OK, &answer, body));
+    }
     Ok(decision_response(StatusCode::OK, &answer))
 }
 

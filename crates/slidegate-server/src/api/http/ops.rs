@@ -61,6 +61,6 @@ pub(super) async fn readyz<S: Store>(State(state): State<AppState<S>>) -> Respon
 pub(super) async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such route; the API has POST /v1/acquire, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
+        "no such route; the API has POST /v1/acquire, POST /v1/leases/{id}/commit, DELETE /v1/leases/{id}, POST /v1/check, GET and DELETE /v1/keys/{key}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
     )
 }

@@ -9,10 +9,12 @@
 mod acquire;
 mod fast;
 mod fields;
+mod lease;
 mod parsed;
 mod peek;
 
 pub use acquire::parse_acquire;
+pub use lease::{CommitRequest, parse_commit, parse_release};
 pub use parsed::{AcquireRequest, MAX_RULES_PER_REQUEST, MAX_WAIT_MS, PeekRequest};
 pub use peek::parse_peek;
 
