@@ -32,6 +32,7 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (1u64..400_000).prop_map(Op::Advance),
+        1 => prop_oneof![Just(1), Just(WINDOW_US), Just(WINDOW_US + 1)].prop_map(Op::Advance),
         3 => (1u64..=LIMIT, 1u64..=1000).prop_map(|(cost, time_ms)| Op::Reserve { cost, time_ms }),
         2 => (0usize..8, 0u64..=2 * LIMIT).prop_map(|(lease, cost)| Op::Commit { lease, cost }),
         1 => (0usize..8).prop_map(|lease| Op::Release { lease }),
@@ -41,13 +42,18 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// The model: a sliding log of admissions `time -> cost`, budget leases
-/// naming the admission they made, and places held until their expiry.
+/// The model: a sliding log of admissions by time (admissions of one
+/// microsecond add up in one entry, as the stores keep them), budget
+/// leases naming the time of the admission they made, and places held
+/// until their expiry. Usage a report takes past the limit keeps only the
+/// newest `LIMIT` units (SEMANTICS.md, "Bounded"); a give-back takes its
+/// cost from the entry of its time when that entry still holds it, and
+/// otherwise changes nothing (SEMANTICS.md, leases).
 #[derive(Default)]
 struct Model {
     log: Vec<(u64, u64)>,
-    /// Budget leases: (admission index in `log`, reserved, expiry, open).
-    budgets: Vec<(usize, u64, u64, bool)>,
+    /// Budget leases: (admission time, reserved, expiry, open).
+    budgets: Vec<(u64, u64, u64, bool)>,
     /// Places: (expiry, open).
     places: Vec<(u64, bool)>,
 }
@@ -56,9 +62,41 @@ impl Model {
     fn used(&self, now: u64) -> u64 {
         self.log
             .iter()
-            .filter(|(t, _)| now < t + WINDOW_US)
+            // An admission at `t` counts through `t + W` (it leaves one
+            // microsecond later, as `reset_after` says).
+            .filter(|(t, _)| now <= t + WINDOW_US)
             .map(|(_, c)| c)
             .sum()
+    }
+
+    fn admit(&mut self, now: u64, cost: u64) {
+        match self.log.last_mut() {
+            Some((t, c)) if *t == now => *c += cost,
+            _ => self.log.push((now, cost)),
+        }
+    }
+
+    /// After a report: only the newest `LIMIT` units in the window stay.
+    fn trim(&mut self, now: u64) {
+        let mut excess = self.used(now).saturating_sub(LIMIT);
+        for (t, c) in &mut self.log {
+            if excess == 0 {
+                break;
+            }
+            if now <= *t + WINDOW_US {
+                let cut = excess.min(*c);
+                *c -= cut;
+                excess -= cut;
+            }
+        }
+    }
+
+    fn give_back(&mut self, at: u64, cost: u64) {
+        if let Some((_, c)) = self.log.iter_mut().find(|(t, _)| *t == at)
+            && *c >= cost
+        {
+            *c -= cost;
+        }
     }
 
     fn held(&self, now: u64) -> u64 {
@@ -152,44 +190,44 @@ fn model_step(model: &mut Model, now: &mut u64, op: &Op, n_ids: usize, n_places:
             let fits = model.used(*now) + cost <= LIMIT;
             granted = Some(fits);
             if fits {
-                model.log.push((*now, cost));
-                let index = model.log.len() - 1;
+                model.admit(*now, cost);
                 model
                     .budgets
-                    .push((index, cost, *now + time_ms * 1000, true));
+                    .push((*now, cost, *now + time_ms * 1000, true));
             }
         }
         Op::Commit { lease, cost } if lease < n_ids => {
-            let (index, reserved, expires, open) = model.budgets[lease];
+            let (at, reserved, expires, open) = model.budgets[lease];
             if !open || *now >= expires {
                 error = Some(Error::LeaseExpired);
             } else {
                 model.budgets[lease].3 = false;
                 if cost <= reserved {
-                    model.log[index].1 = cost;
+                    model.give_back(at, reserved - cost);
                     granted = Some(true);
                 } else {
                     let extra = cost - reserved;
                     let over = model.used(*now) + extra > LIMIT;
-                    model.log.push((*now, extra));
+                    model.admit(*now, extra);
+                    model.trim(*now);
                     granted = Some(!over);
                 }
             }
         }
         Op::Release { lease } if lease < n_ids => {
-            let (index, _, expires, open) = model.budgets[lease];
+            let (at, reserved, expires, open) = model.budgets[lease];
             if !open || *now >= expires {
                 error = Some(Error::LeaseExpired);
             } else {
                 model.budgets[lease].3 = false;
-                model.log[index].1 = 0;
+                model.give_back(at, reserved);
             }
         }
         Op::Acquire { cost } => {
             let fits = model.used(*now) + cost <= LIMIT;
             granted = Some(fits);
             if fits {
-                model.log.push((*now, cost));
+                model.admit(*now, cost);
             }
         }
         Op::Hold { time_ms } => {
