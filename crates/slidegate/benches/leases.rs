@@ -1,9 +1,9 @@
 //! What a lease costs beside a plain decision, and how many concurrency
 //! leases are taken and given back per second.
 //!
-//! - Memory store, one thread: ns per plain `acquire`, per `reserve_lease`
-//!   + `commit` (a give-back on the sliding log), and per places
-//!   `reserve_lease` + `release`, on one hot key and on 10k keys.
+//! - Memory store, one thread: ns per plain `acquire`, per reservation
+//!   and commit (a give-back on the sliding log), and per reservation and
+//!   release of a place, on one hot key and on 10k keys.
 //! - Redis (its own redis-server on a free port, Redis' clock, one caller
 //!   at a time): the same, wall time per operation and Redis' own CPU per
 //!   command (`INFO commandstats`, µs per `EVALSHA` and `GET`).
