@@ -51,6 +51,7 @@ async fn open(url: StoreUrl, policy: FailurePolicy) -> Backend {
         max_rules_per_key: 16,
         deny_cache_entries: 100_000,
         max_store_calls: 1024,
+        max_leases: slidegate::store::DEFAULT_MAX_LEASES,
     };
     Backend::connect(&args).await.expect("the store opens")
 }

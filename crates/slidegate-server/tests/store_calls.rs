@@ -37,6 +37,7 @@ async fn open_at(
         max_rules_per_key: 16,
         deny_cache_entries: 0,
         max_store_calls,
+        max_leases: slidegate::store::DEFAULT_MAX_LEASES,
     };
     Backend::connect(&args).await.expect("the store opens")
 }

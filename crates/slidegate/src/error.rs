@@ -52,9 +52,9 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// An algorithm name that is not one of the four.
+    /// An algorithm name that is not one of the five.
     #[error(
-        "unknown algorithm {0:?} (expected sliding_log, sliding_counter, fixed_window or gcra)"
+        "unknown algorithm {0:?} (expected sliding_log, sliding_counter, fixed_window, gcra or concurrency)"
     )]
     UnknownAlgorithm(String),
     /// A request whose cost exceeds the limit of one of its rules: it can never pass.
@@ -155,6 +155,49 @@ pub enum Error {
     /// The store is configured wrongly (bad URL, bad option).
     #[error("store configuration: {0}")]
     Config(String),
+    /// A cost above 0 under a [concurrency](crate::Algorithm::Concurrency)
+    /// rule outside a lease: places are taken by
+    /// [`Store::reserve_lease`](crate::Store::reserve_lease), so that they
+    /// can be given back.
+    #[error(
+        "a concurrency rule holds places by leases only: reserve a lease (lease_ms), or ask with cost 0 to see what is held"
+    )]
+    LeaseRequired,
+    /// A lease that cannot be granted as asked (see the message): a lease
+    /// time of 0 or longer than a rule's window, rules with options
+    /// (reports, lockouts), or concurrency rules beside rules of a rate.
+    #[error("invalid lease: {0}")]
+    InvalidLease(String),
+    /// No open, expired or settled lease has this id for this key: the
+    /// id was never given out, is past the time its trace is kept, or
+    /// belongs to another key (which is not told apart, so that ids
+    /// reveal nothing of other keys).
+    #[error("no lease with this id (for this key)")]
+    LeaseNotFound,
+    /// The lease is no longer open: its time ran out (it was charged in
+    /// full), or it was already committed or released. Nothing changed.
+    #[error(
+        "the lease is no longer open: its time ran out (charged in full), or it was already committed or released"
+    )]
+    LeaseExpired,
+    /// A commit of a [concurrency](crate::Algorithm::Concurrency) lease:
+    /// it holds places, not a budget. Release it instead.
+    #[error(
+        "a concurrency lease holds places, not a budget: release it, there is no cost to commit"
+    )]
+    NotCommittable,
+    /// The store holds as many open leases as it may (`max_leases`): one
+    /// more is refused, nothing recorded. Leases stop counting once
+    /// settled or expired.
+    #[error("the store holds {max} open leases, its max_leases: one more is refused")]
+    TooManyLeases {
+        /// The most open leases the store holds.
+        max: usize,
+    },
+    /// The store does not offer this operation (a store of another crate
+    /// that kept the `Store` trait's default).
+    #[error("this store does not offer {0}")]
+    Unsupported(&'static str),
 }
 
 /// Which bound of a memory store was reached: see [`Error::StoreFull`].

@@ -138,6 +138,7 @@ mod builder;
 mod decide;
 mod fallback;
 mod head;
+mod in_flight;
 mod key;
 mod layer;
 mod policies;
@@ -151,6 +152,7 @@ pub use build_error::BuildError;
 pub use builder::{IntoRule, RateLimitBuilder};
 pub use fallback::{MissingKey, OnStoreError};
 pub use head::RequestHead;
+pub use in_flight::{HeldBody, InFlight, InFlightLayer};
 pub use key::{
     And, ClientIp, DEFAULT_IPV6_PREFIX, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor,
     KeyWriter, NoKey, PathKey, PeerIp, Route,

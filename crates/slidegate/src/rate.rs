@@ -175,6 +175,13 @@ fn parse_window_micros(window: &str) -> std::result::Result<u64, &'static str> {
 /// | `sliding_counter` | approximate: weights the previous fixed window | O(1) |
 /// | `fixed_window` | per clock-aligned window only (up to 2L across a boundary) | O(1) |
 /// | `gcra` | a meter: bursts of L (or of its [burst](Rule::with_burst)), then one per W/L | O(1) |
+/// | `concurrency` | at most L places held at once, each by a lease | one entry per lease held |
+///
+/// The first four meter a rate. [`Concurrency`](Algorithm::Concurrency)
+/// counts places held instead: a place is taken by a
+/// [lease](crate::store::Lease) and held until the lease is released or
+/// its time runs out, whatever the window (which is the longest lease the
+/// rule grants).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub enum Algorithm {
     /// Exact sliding log (the default).
@@ -186,10 +193,16 @@ pub enum Algorithm {
     FixedWindow,
     /// Generic cell rate algorithm (token/leaky bucket as a meter).
     Gcra,
+    /// At most `L` places held at once per key: the requests in flight.
+    /// Places are taken by leases only ([`Store::reserve_lease`](crate::Store::reserve_lease));
+    /// a plain decision of a cost above 0 under such a rule is
+    /// [`Error::LeaseRequired`], a probe (cost 0) shows what is held.
+    Concurrency,
 }
 
 impl Algorithm {
-    /// All four, in a fixed order.
+    /// The four that meter a rate, in a fixed order (not
+    /// [`Concurrency`](Algorithm::Concurrency), which counts places held).
     pub const ALL: [Algorithm; 4] = [
         Algorithm::SlidingLog,
         Algorithm::SlidingCounter,
@@ -198,13 +211,36 @@ impl Algorithm {
     ];
 
     /// The name used in configs and APIs: `sliding_log`, `sliding_counter`,
-    /// `fixed_window`, `gcra`.
+    /// `fixed_window`, `gcra`, `concurrency`.
     pub fn name(self) -> &'static str {
         match self {
             Algorithm::SlidingLog => "sliding_log",
             Algorithm::SlidingCounter => "sliding_counter",
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::Gcra => "gcra",
+            Algorithm::Concurrency => "concurrency",
+        }
+    }
+
+    /// Its index in a rule's packed form.
+    const fn index(self) -> u64 {
+        match self {
+            Algorithm::SlidingLog => 0,
+            Algorithm::SlidingCounter => 1,
+            Algorithm::FixedWindow => 2,
+            Algorithm::Gcra => 3,
+            Algorithm::Concurrency => 4,
+        }
+    }
+
+    /// The algorithm of index `index` in a rule's packed form.
+    const fn of_index(index: u64) -> Algorithm {
+        match index {
+            1 => Algorithm::SlidingCounter,
+            2 => Algorithm::FixedWindow,
+            3 => Algorithm::Gcra,
+            4 => Algorithm::Concurrency,
+            _ => Algorithm::SlidingLog,
         }
     }
 }
@@ -221,10 +257,16 @@ impl FromStr for Algorithm {
     fn from_str(s: &str) -> Result<Algorithm, Error> {
         Algorithm::ALL
             .into_iter()
+            .chain([Algorithm::Concurrency])
             .find(|a| a.name() == s)
             .ok_or_else(|| Error::UnknownAlgorithm(s.to_owned()))
     }
 }
+
+/// The low bits of a rule's packed window that name its algorithm.
+const ALGORITHM_BITS: u32 = 3;
+const ALGORITHM_MASK: u64 = (1 << ALGORITHM_BITS) - 1;
+const _: () = assert!(Algorithm::Concurrency.index() <= ALGORITHM_MASK);
 
 /// A rate together with the algorithm that enforces it: the unit a store
 /// keeps state for. Two rules are the same state if their limit, window,
@@ -263,8 +305,8 @@ pub struct Rule {
     /// rule, which keeps the memory store's first rules in its shard's
     /// cache lines.
     limit: NonZeroU64,
-    /// The window in µs (below 2^49) shifted left by 2, the algorithm's
-    /// index in the low bits.
+    /// The window in µs (below 2^49) shifted left by [`ALGORITHM_BITS`],
+    /// the algorithm's index in the low bits.
     window_and_algorithm: u64,
     /// The block (µs) shifted left by 1, the report flag in the low bit.
     options: u64,
@@ -296,11 +338,32 @@ impl Rule {
     pub fn new(rate: Rate) -> Rule {
         Rule {
             limit: NonZeroU64::new(rate.limit).unwrap_or(NonZeroU64::MIN),
-            window_and_algorithm: rate.window_us << 2,
+            window_and_algorithm: rate.window_us << ALGORITHM_BITS,
             options: 0,
             burst: 0,
         }
     }
+
+    /// At most `limit` places held at once per key, each by a lease of up
+    /// to a day ([`Algorithm::Concurrency`]; the rule's window is the
+    /// longest lease it grants). For other longest leases:
+    /// `Rule::new(Rate::new(limit, longest)?).with_algorithm(Algorithm::Concurrency)`.
+    ///
+    /// ```
+    /// use slidegate::{Algorithm, Rule};
+    /// let exports = Rule::concurrency(3)?;
+    /// assert_eq!(exports.algorithm(), Algorithm::Concurrency);
+    /// assert_eq!(exports.to_string(), "3/1d concurrency");
+    /// assert_eq!(Rule::parse("3/1d concurrency")?, exports);
+    /// # Ok::<(), slidegate::Error>(())
+    /// ```
+    pub fn concurrency(limit: u64) -> Result<Rule> {
+        let rate = Rate::new(limit, Self::CONCURRENCY_LONGEST_LEASE)?;
+        Ok(Rule::new(rate).with_algorithm(Algorithm::Concurrency))
+    }
+
+    /// The window of [`Rule::concurrency`]: the longest lease it grants.
+    pub const CONCURRENCY_LONGEST_LEASE: Duration = Duration::from_secs(86_400);
 
     /// Parses a rule in [the rule grammar](Rule#the-rule-grammar): a rate
     /// alone (`"100/1m"`) is a sliding-log rule.
@@ -311,12 +374,8 @@ impl Rule {
     /// The same rate under another algorithm. A burst belongs to `gcra`:
     /// a rule moved to another algorithm loses it.
     pub fn with_algorithm(self, algorithm: Algorithm) -> Rule {
-        let index = Algorithm::ALL
-            .iter()
-            .position(|a| *a == algorithm)
-            .unwrap_or(0) as u64;
         Rule {
-            window_and_algorithm: (self.window_and_algorithm & !3) | index,
+            window_and_algorithm: (self.window_and_algorithm & !ALGORITHM_MASK) | algorithm.index(),
             burst: if algorithm == Algorithm::Gcra {
                 self.burst
             } else {
@@ -390,7 +449,7 @@ impl Rule {
     /// The algorithm.
     #[inline]
     pub fn algorithm(&self) -> Algorithm {
-        Algorithm::ALL[(self.window_and_algorithm & 3) as usize]
+        Algorithm::of_index(self.window_and_algorithm & ALGORITHM_MASK)
     }
 
     /// The rate's limit.
@@ -402,7 +461,7 @@ impl Rule {
     /// The rate's window in microseconds.
     #[inline]
     pub fn window_micros(&self) -> u64 {
-        self.window_and_algorithm >> 2
+        self.window_and_algorithm >> ALGORITHM_BITS
     }
 
     /// The same rule that *reports* usage: every hit is recorded, whether
@@ -434,10 +493,14 @@ impl Rule {
     /// cost under this rule: its [burst](Rule::burst) (the limit, unless a
     /// `gcra` rule has a burst of its own), which a larger cost could never
     /// pass, or for a rule that [reports](Rule::reporting) usage, which
-    /// may exceed the limit, [`Rate::MAX_LIMIT`].
+    /// may exceed the limit, [`Rate::MAX_LIMIT`]. A
+    /// [concurrency](Algorithm::Concurrency) rule takes places by leases
+    /// only: 0 outside of one.
     #[inline]
     pub fn max_cost(&self) -> u64 {
-        if self.reports() {
+        if self.window_and_algorithm & ALGORITHM_MASK == Algorithm::Concurrency.index() {
+            0
+        } else if self.reports() {
             Rate::MAX_LIMIT
         } else {
             self.burst()

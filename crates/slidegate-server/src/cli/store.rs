@@ -157,6 +157,18 @@ pub struct StoreArgs {
     )]
     pub expiry_margin_ms: Option<u64>,
 
+    /// Most leases open at once in the store (memory, or the whole Redis
+    /// for every server sharing it; not enforced on Redis Cluster): one
+    /// more is answered 503 too_many_leases, nothing recorded. Settled and
+    /// expired leases stop counting.
+    #[arg(
+        long = "max-leases",
+        value_name = "N",
+        env = "SLIDEGATE_MAX_LEASES",
+        default_value_t = store::DEFAULT_MAX_LEASES
+    )]
+    pub max_leases: usize,
+
     /// Most keys the memory store (and the local fallback) holds; new keys
     /// beyond it are decided by --on-store-error, held keys keep their state.
     #[arg(
@@ -236,6 +248,7 @@ impl From<StoreArgs> for StoreOptions {
             max_rules_per_key: args.max_rules_per_key,
             deny_cache_entries: args.deny_cache_entries,
             max_store_calls: args.max_store_calls,
+            max_leases: args.max_leases,
         }
     }
 }

@@ -11,6 +11,7 @@ use slidegate::{Rule, Store};
 
 pub mod adhoc;
 pub mod check;
+pub mod leases;
 mod sink;
 mod store_call;
 mod traced;
@@ -133,6 +134,32 @@ impl<S: Store> Limiter<S> {
         let (answer, wait) = adhoc::reserve(&*self.store, key, rules, cost, max_wait).await?;
         self.sink.adhoc_decided(key, &answer.decision);
         Ok((answer, wait))
+    }
+
+    /// Reserves a lease for the ad-hoc `key` (see [`leases::reserve`]),
+    /// and reports its decision.
+    pub async fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+        max_wait: Duration,
+    ) -> slidegate::Result<leases::Leased> {
+        let leased = leases::reserve(&*self.store, key, rules, cost, time, max_wait).await?;
+        self.sink.adhoc_decided(key, &leased.answer.decision);
+        Ok(leased)
+    }
+
+    /// Commits (`used`) or releases (`None`) the lease `id` (see
+    /// [`leases::settle`]).
+    pub async fn settle_lease(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        used: Option<u64>,
+    ) -> slidegate::Result<slidegate::store::Settled> {
+        leases::settle(&*self.store, id, key, used).await
     }
 
     /// The state of the ad-hoc `key` under `rule`, consuming nothing (not

@@ -101,6 +101,7 @@ impl Backend {
                         .max_keys(args.max_keys)
                         .max_bytes(args.max_memory_bytes)
                         .max_rules_per_key(usize::from(args.max_rules_per_key))
+                        .max_leases(args.max_leases)
                         .build(),
                     "memory",
                 ),
@@ -122,6 +123,7 @@ impl Backend {
                     Some(ms) => builder.expiry_margin(Duration::from_millis(ms)),
                     None => builder,
                 };
+                let builder = builder.max_leases(args.max_leases);
                 let redis = builder.build_lazy().map_err(ConnectError::Redis)?;
                 spans::set_store_node(redis_nodes(url).to_owned());
                 let kind = if redis.is_cluster() {
@@ -270,6 +272,64 @@ impl Store for Backend {
         }
     }
 
+    /// Leases have no failure policy: a full memory store or a store that
+    /// cannot answer is an error (503), never a lease.
+    async fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: std::time::Duration,
+    ) -> slidegate::Result<slidegate::store::Lease> {
+        match self {
+            Backend::Memory(m) => Store::reserve_lease(&m.store, key, rules, cost, time).await,
+            Backend::Redis { store, .. } => store.reserve_lease(key, rules, cost, time).await,
+        }
+    }
+
+    async fn reserve_lease_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: std::time::Duration,
+        max_wait: std::time::Duration,
+    ) -> slidegate::Result<slidegate::store::Lease> {
+        match self {
+            Backend::Memory(m) => {
+                Store::reserve_lease_wait(&m.store, key, rules, cost, time, max_wait).await
+            }
+            Backend::Redis { store, .. } => {
+                store
+                    .reserve_lease_wait(key, rules, cost, time, max_wait)
+                    .await
+            }
+        }
+    }
+
+    async fn commit(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        cost: u64,
+    ) -> slidegate::Result<slidegate::store::Settled> {
+        match self {
+            Backend::Memory(m) => Store::commit(&m.store, id, key, cost).await,
+            Backend::Redis { store, .. } => store.commit(id, key, cost).await,
+        }
+    }
+
+    async fn release(
+        &self,
+        id: &str,
+        key: Option<&str>,
+    ) -> slidegate::Result<slidegate::store::Settled> {
+        match self {
+            Backend::Memory(m) => Store::release(&m.store, id, key).await,
+            Backend::Redis { store, .. } => store.release(id, key).await,
+        }
+    }
+
     async fn reset(&self, key: &str) -> slidegate::Result<()> {
         match self {
             Backend::Memory(m) => Store::reset(&m.store, key).await,
@@ -320,6 +380,7 @@ mod tests {
             max_rules_per_key: 2,
             deny_cache_entries: 0,
             max_store_calls: 1024,
+            max_leases: slidegate::store::DEFAULT_MAX_LEASES,
         }
     }
 

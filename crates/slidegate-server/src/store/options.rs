@@ -13,6 +13,9 @@ pub const DEFAULT_ON_ERROR: FailurePolicy = FailurePolicy::Local;
 /// `--store-timeout-ms`' default.
 pub const DEFAULT_TIMEOUT_MS: u64 = 50;
 
+/// `--max-leases`' default.
+pub const DEFAULT_MAX_LEASES: usize = slidegate::store::DEFAULT_MAX_LEASES;
+
 /// `--max-keys`' default.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
@@ -86,6 +89,9 @@ pub struct StoreOptions {
     pub deny_cache_entries: usize,
     /// Calls to a Redis store in flight at once.
     pub max_store_calls: u32,
+    /// Most leases open at once in the store (`--max-leases`; for Redis,
+    /// in the whole Redis, for every server that shares it).
+    pub max_leases: usize,
 }
 
 impl StoreOptions {
@@ -110,6 +116,7 @@ impl Default for StoreOptions {
             max_rules_per_key: DEFAULT_MAX_RULES_PER_KEY,
             deny_cache_entries: DEFAULT_DENY_CACHE_ENTRIES,
             max_store_calls: DEFAULT_MAX_STORE_CALLS,
+            max_leases: DEFAULT_MAX_LEASES,
         }
     }
 }

@@ -136,6 +136,48 @@ impl<S: Store> Store for Instrumented<S> {
         result
     }
 
+    /// Leases pass through untimed: the call histograms are of decisions,
+    /// resets and readiness.
+    async fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+    ) -> Result<slidegate::store::Lease, Error> {
+        self.inner.reserve_lease(key, rules, cost, time).await
+    }
+
+    async fn reserve_lease_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+        max_wait: Duration,
+    ) -> Result<slidegate::store::Lease, Error> {
+        self.inner
+            .reserve_lease_wait(key, rules, cost, time, max_wait)
+            .await
+    }
+
+    async fn commit(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        cost: u64,
+    ) -> Result<slidegate::store::Settled, Error> {
+        self.inner.commit(id, key, cost).await
+    }
+
+    async fn release(
+        &self,
+        id: &str,
+        key: Option<&str>,
+    ) -> Result<slidegate::store::Settled, Error> {
+        self.inner.release(id, key).await
+    }
+
     async fn reset(&self, key: &str) -> Result<(), Error> {
         let started = self.start();
         let result = self.inner.reset(key).await;

@@ -89,6 +89,7 @@ pub async fn backend(url: StoreUrl, policy: FailurePolicy, timeout_ms: u64) -> B
         max_rules_per_key: 16,
         deny_cache_entries: 100_000,
         max_store_calls: 1024,
+        max_leases: slidegate::store::DEFAULT_MAX_LEASES,
     };
     Backend::connect(&args).await.expect("the store opens")
 }

@@ -15,6 +15,23 @@ pub struct FixedWindow {
 }
 
 impl FixedWindow {
+    /// What names the admission just recorded, for a give-back: the
+    /// start of the window it was counted in.
+    pub(crate) fn mark(&self) -> u64 {
+        self.start
+    }
+
+    /// Takes `cost` back from the window starting at `start`, if it is
+    /// still the one kept (counts add up, so this is exact); otherwise
+    /// the window has passed and nothing of it counts any more.
+    pub(crate) fn give_back(&mut self, start: u64, cost: u64) -> bool {
+        if self.start != start {
+            return false;
+        }
+        self.count = self.count.saturating_sub(cost);
+        true
+    }
+
     fn roll(&mut self, window: u64, now: u64) {
         let t = now.max(self.start);
         let start = t - t % window;

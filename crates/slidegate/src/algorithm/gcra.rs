@@ -39,6 +39,24 @@ impl Gcra {
         ceil_div(self.tat_scaled(), rate.limit())
     }
 
+    /// Gives back `cost` of `cost + kept` units admitted at `at`, at
+    /// `now`: the TAT moves back by what is left of the returned units'
+    /// emission intervals once the time since `at`, beyond the intervals
+    /// of the `kept` units, has drained them, `min(c, c + k - (now - at))`
+    /// intervals' worth (none once that is negative). Never more: had
+    /// the lease asked for `kept` units only, the TAT would be no lower
+    /// (see the proof in the Redis store's `cross_slot.rs`, of which this
+    /// is the case `kept = 0`).
+    pub(crate) fn give_back(&mut self, rate: Rate, now: u64, at: u64, cost: u64, kept: u64) {
+        let (limit, window) = (rate.limit() as u128, rate.window_micros() as u128);
+        let returned = cost as u128 * window;
+        let admitted = returned + kept as u128 * window;
+        let elapsed = now.saturating_sub(at) as u128 * limit;
+        let back = admitted.saturating_sub(elapsed).min(returned);
+        let tat = self.tat_scaled();
+        self.set_tat_scaled(tat.saturating_sub(back));
+    }
+
     /// Units that would pass in a row at `now` (scaled TAT `base` ≥ now)
     /// from a bucket of `capacity` (scaled).
     fn room(base: u128, now_scaled: u128, capacity: u128, window: u64) -> u64 {

@@ -44,6 +44,13 @@ pub(crate) trait LogEntries {
     /// Records `cost` at `t` (never before the newest entry), merged into
     /// the newest entry when at the same time; forgets a kept denial.
     fn push(&mut self, t: u64, cost: u64);
+
+    /// Takes `cost` back from the entry at `at`, in place: that entry
+    /// costs `cost` less (it goes once it costs nothing) and no other
+    /// admission changes; forgets a kept denial. False, and nothing
+    /// changed, when no entry is at `at` or it holds less than `cost`
+    /// (expired, reset, or trimmed by a report).
+    fn give_back(&mut self, at: u64, cost: u64) -> bool;
 }
 
 /// True when an entry admitted `at` no longer counts at `t`: it is more

@@ -1,4 +1,4 @@
-//! The four algorithms, each a pure state machine: state + rate + now + cost
+//! The five algorithms, each a pure state machine: state + rate + now + cost
 //! in, [`Decision`](crate::decision::Decision) out. No I/O, no clock, no locks: stores own those.
 //!
 //! Every algorithm follows the same protocol, which lets a store decide
@@ -14,6 +14,7 @@
 //! Times are whole microseconds; durations in decisions are measured from
 //! the `now` passed in.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub(crate) mod log_algorithm;
@@ -24,6 +25,7 @@ pub mod sliding_log;
 pub(crate) mod state;
 
 pub use crate::rate::Algorithm;
+pub use concurrency::Concurrency;
 pub use fixed_window::FixedWindow;
 pub use gcra::Gcra;
 pub use meter::Meter;

@@ -21,6 +21,27 @@ pub struct SlidingCounter {
 }
 
 impl SlidingCounter {
+    /// What names the admission just recorded, for a give-back: the
+    /// start of the window it was counted in.
+    pub(crate) fn mark(&self) -> u64 {
+        self.start
+    }
+
+    /// Takes `cost` back from the window starting at `start`: from the
+    /// current count, or from the previous one once the windows moved on
+    /// by one (counts add up, so this is exact); older, it no longer
+    /// counts.
+    pub(crate) fn give_back(&mut self, rate: Rate, start: u64, cost: u64) -> bool {
+        if self.start == start {
+            self.current = self.current.saturating_sub(cost);
+        } else if self.start == start + rate.window_micros() {
+            self.previous = self.previous.saturating_sub(cost);
+        } else {
+            return false;
+        }
+        true
+    }
+
     /// Moves the windows forward to the one holding `t` (never backwards).
     fn roll(&mut self, window: u64, now: u64) -> u64 {
         let t = now.max(self.start);

@@ -93,6 +93,16 @@ impl SlidingLog {
         })
     }
 
+    /// Time of the newest entry (0 when empty): where the last admission
+    /// was recorded.
+    pub(crate) fn newest_time(&self) -> u64 {
+        if self.holds_nothing() {
+            0
+        } else {
+            self.newest_at
+        }
+    }
+
     /// Empty iff the totals are equal: every entry costs at least 1, and
     /// an emptied log starts over from zero. Reads no entry.
     #[inline]
@@ -207,6 +217,41 @@ impl LogEntries for SlidingLog {
         self.denied_until = until;
     }
 
+    fn give_back(&mut self, at: u64, cost: u64) -> bool {
+        let k = self.entries.partition_point(|e| e.at < at);
+        let Some(entry) = self.entries.get(k).copied() else {
+            return false;
+        };
+        let before = match k {
+            0 => self.dropped_total,
+            _ => self.entries[k - 1].total,
+        };
+        if entry.at != at || entry.total - before < cost {
+            return false;
+        }
+        self.denied_cost = 0;
+        for later in self.entries.range_mut(k..) {
+            later.total -= cost;
+        }
+        self.newest_total -= cost;
+        if entry.total - before == cost {
+            self.entries.remove(k);
+            match (self.entries.front(), self.entries.back()) {
+                (Some(oldest), Some(newest)) => {
+                    self.oldest_at = oldest.at;
+                    self.newest_at = newest.at;
+                }
+                _ => {
+                    *self = SlidingLog {
+                        entries: std::mem::take(&mut self.entries),
+                        ..SlidingLog::default()
+                    }
+                }
+            }
+        }
+        true
+    }
+
     #[inline]
     fn push(&mut self, t: u64, cost: u64) {
         let was_empty = self.holds_nothing();
@@ -310,6 +355,34 @@ mod tests {
         assert_eq!(d.retry_after(), Duration::from_micros(50_000_001));
         log.report(r, 30_000_000, 1_000);
         assert_eq!(log.entries().collect::<Vec<_>>(), vec![(30_000_000, 100)]);
+    }
+
+    #[test]
+    fn a_give_back_changes_the_admission_in_place() {
+        let r = rate(10, 1000);
+        let mut log = SlidingLog::default();
+        log.decide(r, 0, 3);
+        log.decide(r, 100, 4);
+        log.decide(r, 200, 3);
+        assert!(!log.give_back(100, 5), "more than the entry holds");
+        assert!(!log.give_back(150, 1), "no entry there");
+        assert!(log.give_back(100, 3));
+        assert_eq!(
+            log.entries().collect::<Vec<_>>(),
+            vec![(0, 3), (100, 1), (200, 3)]
+        );
+        assert!(log.give_back(100, 1), "down to nothing: the entry goes");
+        assert!(log.give_back(0, 3));
+        assert_eq!(log.entries().collect::<Vec<_>>(), vec![(200, 3)]);
+        let d = log.check(r, 300, 8);
+        assert!(!d.allowed());
+        assert_eq!(
+            d.retry_after(),
+            Duration::from_micros(200 + 1_000_000 + 1 - 300)
+        );
+        assert!(log.give_back(200, 3));
+        assert!(log.is_empty());
+        assert!(log.decide(r, 400, 10).allowed());
     }
 
     #[test]

@@ -1,6 +1,7 @@
-//! Any of the four algorithms' states, for stores that keep rules of
+//! Any of the five algorithms' states, for stores that keep rules of
 //! different algorithms side by side.
 
+use super::concurrency::Concurrency;
 use super::fixed_window::FixedWindow;
 use super::gcra::Gcra;
 use super::meter::Meter;
@@ -9,7 +10,7 @@ use super::sliding_log::SlidingLog;
 use crate::decision::Decision;
 use crate::rate::{Algorithm, Rate, Rule};
 
-/// The state of any of the four algorithms, for stores that keep rules of
+/// The state of any of the five algorithms, for stores that keep rules of
 /// different algorithms side by side.
 #[derive(Clone, Debug)]
 pub enum State {
@@ -21,6 +22,8 @@ pub enum State {
     FixedWindow(FixedWindow),
     /// See [`Gcra`].
     Gcra(Gcra),
+    /// See [`Concurrency`].
+    Concurrency(Concurrency),
 }
 
 impl State {
@@ -31,6 +34,7 @@ impl State {
             Algorithm::SlidingCounter => State::SlidingCounter(SlidingCounter::default()),
             Algorithm::FixedWindow => State::FixedWindow(FixedWindow::default()),
             Algorithm::Gcra => State::Gcra(Gcra::default()),
+            Algorithm::Concurrency => State::Concurrency(Concurrency::default()),
         }
     }
 }
@@ -42,6 +46,7 @@ macro_rules! dispatch {
             State::SlidingCounter($m) => $body,
             State::FixedWindow($m) => $body,
             State::Gcra($m) => $body,
+            State::Concurrency($m) => $body,
         }
     };
 }
@@ -96,11 +101,49 @@ impl State {
         dispatch!(self, m => m.decide(rate, now, cost))
     }
 
+    /// What names the admission just recorded at `now`, for a
+    /// [give-back](Self::give_back): a sliding log's newest entry time
+    /// (where it recorded), a window's start, a GCRA's `now`. A
+    /// concurrency lease is named by its expiry instead (0 here).
+    pub(crate) fn mark(&self, now: u64) -> u64 {
+        match self {
+            State::SlidingLog(log) => log.newest_time(),
+            State::SlidingCounter(counter) => counter.mark(),
+            State::FixedWindow(window) => window.mark(),
+            State::Gcra(_) => now,
+            State::Concurrency(_) => 0,
+        }
+    }
+
+    /// Gives back `cost` of an admission of `cost + kept` named by `mark`
+    /// (see [`mark`](Self::mark)), at `now`, as far as the algorithm can
+    /// (see each); false when nothing of it counts any more.
+    pub(crate) fn give_back(
+        &mut self,
+        rate: Rate,
+        now: u64,
+        mark: u64,
+        cost: u64,
+        kept: u64,
+    ) -> bool {
+        match self {
+            State::SlidingLog(log) => super::log_algorithm::LogEntries::give_back(log, mark, cost),
+            State::SlidingCounter(counter) => counter.give_back(rate, mark, cost),
+            State::FixedWindow(window) => window.give_back(mark, cost),
+            State::Gcra(gcra) => {
+                gcra.give_back(rate, now, mark, cost, kept);
+                true
+            }
+            State::Concurrency(held) => held.release(mark, cost),
+        }
+    }
+
     /// Heap bytes held beyond the enum itself (the sliding log's entries).
     #[inline]
     pub fn heap_bytes(&self) -> usize {
         match self {
             State::SlidingLog(log) => log.heap_bytes(),
+            State::Concurrency(held) => held.heap_bytes(),
             _ => 0,
         }
     }
@@ -111,14 +154,17 @@ impl State {
     pub(crate) fn record_growth(&self, now: u64) -> usize {
         match self {
             State::SlidingLog(log) => log.record_growth(now),
+            State::Concurrency(held) => held.growth(),
             _ => 0,
         }
     }
 
     /// Allocates what [`record_growth`](Self::record_growth) said.
     pub(crate) fn grow_for_record(&mut self) {
-        if let State::SlidingLog(log) = self {
-            log.grow_for_record();
+        match self {
+            State::SlidingLog(log) => log.grow_for_record(),
+            State::Concurrency(held) => held.grow(),
+            _ => {}
         }
     }
 }

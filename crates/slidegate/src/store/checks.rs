@@ -4,7 +4,7 @@
 use super::hit::Hit;
 use super::key::validate_key;
 use crate::error::{Error, Result};
-use crate::rate::Rule;
+use crate::rate::{Algorithm, Rule};
 
 /// Checks that `cost` can ever pass every rule, and that there is a rule.
 /// A rule that [reports](Rule::reporting) takes any cost up to
@@ -16,13 +16,22 @@ pub(crate) fn check_cost(rules: &[Rule], cost: u64) -> Result<()> {
     }
     for rule in rules {
         if cost > rule.max_cost() {
-            return Err(Error::CostExceedsLimit {
-                cost,
-                limit: rule.max_cost(),
-            });
+            return Err(cost_error(rule, cost));
         }
     }
     Ok(())
+}
+
+/// Why `cost` is more than `rule` takes ([`Rule::max_cost`]).
+#[cold]
+fn cost_error(rule: &Rule, cost: u64) -> Error {
+    if rule.algorithm() == Algorithm::Concurrency {
+        return Error::LeaseRequired;
+    }
+    Error::CostExceedsLimit {
+        cost,
+        limit: rule.max_cost(),
+    }
 }
 
 /// Refuses a reservation of a rule that reports usage.
@@ -75,5 +84,12 @@ mod tests {
             check_cost(&reporting, crate::rate::Rate::MAX_LIMIT + 1),
             Err(Error::CostExceedsLimit { .. })
         ));
+    }
+
+    #[test]
+    fn a_concurrency_rule_takes_places_by_leases_only() {
+        let places = [Rule::concurrency(3).unwrap()];
+        assert_eq!(check_cost(&places, 1), Err(Error::LeaseRequired));
+        assert!(check_cost(&places, 0).is_ok(), "a probe shows what is held");
     }
 }

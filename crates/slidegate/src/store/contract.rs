@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 
 use super::changes::ChangeListener;
 use super::hit::Hit;
+use super::lease::{Lease, Settled};
 use super::reserve::{BatchReservation, Reservation};
 use crate::decision::Decision;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::rate::Rule;
 
 /// What every store offers. All methods are atomic per call.
@@ -146,6 +147,101 @@ pub trait Store: Send + Sync {
             }
         }
     }
+
+    /// Reserves `cost` for `key` under every rule in `rules`, all or
+    /// nothing, for `time` (see [`lease`](super::lease)): a *budget*
+    /// under rules of a rate, an estimate that [`commit`](Store::commit)
+    /// settles, or `cost` *places* under
+    /// [concurrency](crate::Algorithm::Concurrency) rules, held until
+    /// [`release`](Store::release)d. Granted, the lease has an id and its
+    /// cost counts at once; denied, nothing is recorded and the decision
+    /// says when to try again. Not settled within `time`, the lease
+    /// expires: a budget is charged in full, places are freed.
+    ///
+    /// `time` runs from [`MIN_LEASE`](super::MIN_LEASE) to the shortest
+    /// window of the rules; the rules take no options, and concurrency
+    /// rules go in leases of their own ([`Error::InvalidLease`]). Beyond
+    /// the store's `max_leases` open leases: [`Error::TooManyLeases`].
+    /// A store that keeps no leases (the default): [`Error::Unsupported`].
+    fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+    ) -> impl Future<Output = Result<Lease>> + Send {
+        let _ = (key, rules, cost, time);
+        async { Err(Error::Unsupported("leases")) }
+    }
+
+    /// [`reserve_lease`](Store::reserve_lease), waiting up to `max_wait`
+    /// (at most [`MAX_WAIT`](super::reserve::MAX_WAIT)) for the lease to
+    /// fit: for places, until enough are released or expire, in the order
+    /// the waiters came, so a later request never passes ahead of one that
+    /// waits, whichever process it asks through. Returns the lease with
+    /// [`waited`](Lease::waited), or the denial once passing would take
+    /// longer than `max_wait`.
+    ///
+    /// By default, asks again: for places every few milliseconds (5 ms,
+    /// doubling to 50 ms), since a release in any process frees one and no
+    /// one is told; for a budget after each `retry_after`, giving up at
+    /// once when that is beyond the wait. Other callers may pass ahead
+    /// (the Redis store and [`ResilientStore`](super::resilient::ResilientStore)
+    /// wait so); the memory store queues waiters for places.
+    fn reserve_lease_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Lease>> + Send {
+        async move {
+            let started = Instant::now();
+            let deadline = started + max_wait.min(super::reserve::MAX_WAIT);
+            let places = rules
+                .iter()
+                .any(|r| r.algorithm() == crate::rate::Algorithm::Concurrency);
+            let mut pause = Duration::from_millis(5);
+            loop {
+                let lease = self.reserve_lease(key, rules, cost, time).await?;
+                let left = deadline.saturating_duration_since(Instant::now());
+                let retry = lease.decision().retry_after();
+                if lease.granted() || left.is_zero() || (!places && retry > left) {
+                    return Ok(lease.after_waiting(started.elapsed()));
+                }
+                let nap = if places { pause.min(retry) } else { retry };
+                tokio::time::sleep(nap.clamp(Duration::from_millis(1), left)).await;
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+        }
+    }
+
+    /// Settles the lease `id`: the work cost `cost` (up to
+    /// [`Rate::MAX_LIMIT`](crate::Rate::MAX_LIMIT)). What was reserved
+    /// beyond it is given back; beyond what was reserved is taken as a
+    /// report takes it, usage possibly passing the limit
+    /// ([`Settled::over_limit`]). With `key`, the lease must be that key's.
+    ///
+    /// [`Error::LeaseNotFound`] for an id unknown or of another key (alike),
+    /// [`Error::LeaseExpired`] once expired or settled (nothing changes),
+    /// [`Error::NotCommittable`] for a lease of places.
+    fn commit(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        cost: u64,
+    ) -> impl Future<Output = Result<Settled>> + Send {
+        let _ = (id, key, cost);
+        async { Err(Error::Unsupported("leases")) }
+    }
+
+    /// Gives the whole lease `id` back: its budget, or its places. Errors
+    /// as for [`commit`](Store::commit) (a lease of places is released).
+    fn release(&self, id: &str, key: Option<&str>) -> impl Future<Output = Result<Settled>> + Send {
+        let _ = (id, key);
+        async { Err(Error::Unsupported("leases")) }
+    }
 }
 
 impl<S: Store> Store for std::sync::Arc<S> {
@@ -207,5 +303,39 @@ impl<S: Store> Store for std::sync::Arc<S> {
         max_wait: Duration,
     ) -> impl Future<Output = Result<Decision>> + Send {
         (**self).acquire_wait(key, rules, cost, max_wait)
+    }
+
+    fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+    ) -> impl Future<Output = Result<Lease>> + Send {
+        (**self).reserve_lease(key, rules, cost, time)
+    }
+
+    fn reserve_lease_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Lease>> + Send {
+        (**self).reserve_lease_wait(key, rules, cost, time, max_wait)
+    }
+
+    fn commit(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        cost: u64,
+    ) -> impl Future<Output = Result<Settled>> + Send {
+        (**self).commit(id, key, cost)
+    }
+
+    fn release(&self, id: &str, key: Option<&str>) -> impl Future<Output = Result<Settled>> + Send {
+        (**self).release(id, key)
     }
 }

@@ -8,6 +8,7 @@ pub use changes::{Change, ChangeListener};
 pub use contract::Store;
 pub use hit::Hit;
 pub use key::{MAX_KEY_LEN, fit_key, hash_tag, key_digest, slot_key, validate_key};
+pub use lease::{DEFAULT_MAX_LEASES, Lease, MIN_LEASE, Settled};
 pub use reserve::{BatchReservation, MAX_WAIT, Reservation};
 
 pub mod changes;
@@ -15,6 +16,7 @@ pub(crate) mod checks;
 pub(crate) mod contract;
 pub(crate) mod hit;
 pub mod key;
+pub mod lease;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;

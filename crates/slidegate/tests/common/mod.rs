@@ -4,6 +4,7 @@ pub mod burst;
 pub mod contention;
 pub mod cost;
 pub mod exactness;
+pub mod leases;
 pub mod options;
 pub mod redis_log;
 pub mod redis_server;

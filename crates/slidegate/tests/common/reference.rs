@@ -89,6 +89,8 @@ impl Model<'_> {
                 current + weighted as u64
             }
             Algorithm::Gcra => self.gcra_level(t).div_ceil(w as u128) as u64,
+            // Places held by leases have a model of their own (lease_reference.rs).
+            Algorithm::Concurrency => unreachable!("a rule of places in the model of rates"),
         }
     }
 

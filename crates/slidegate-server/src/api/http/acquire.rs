@@ -27,6 +27,9 @@ pub(super) async fn acquire<S: Store>(
     let Some(rules) = state.limiter.rules_for(&request.key, &request.rules) else {
         return Err(no_rules(&state));
     };
+    if let Some(time) = request.lease {
+        return super::leases::acquire_lease(state, &request, &rules, time).await;
+    }
     if !request.max_wait.is_zero() {
         return acquire_waiting(&state, &request, &rules).await;
     }
@@ -122,6 +125,19 @@ pub(super) async fn peek<S: Store>(
     })?;
     let request = request::parse_peek(key, query, &state.bounds)?;
     let answer = state.limiter.peek(&request.key, request.rule).await?;
+    if request.rule.algorithm() == slidegate::Algorithm::Concurrency {
+        // The places held: what a concurrency limit is about.
+        let held = request
+            .rule
+            .limit()
+            .saturating_sub(answer.decision.remaining());
+        let mut body = DecisionBody::from(&answer.decision).to_json();
+        body.pop();
+        body.push_str(",\"held\":");
+        body.push_str(itoa::Buffer::new().format(held));
+        body.push('}');
+        return Ok(respond(StatusCode::OK, &answer, body));
+    }
     Ok(decision_response(StatusCode::OK, &answer))
 }
 

@@ -104,6 +104,24 @@ pub enum ErrorCode {
     InvalidConfig,
     /// `If-Match` names another version than the entry's: 412.
     VersionMismatch,
+    /// `lease_ms` is not a whole number of milliseconds from 1 to the
+    /// shortest window of the request's rules, or the lease cannot be
+    /// granted as asked (rules with `report` or `block_ms`, concurrency
+    /// rules beside rules of a rate, a cost of 0).
+    InvalidLease,
+    /// No lease has this id for this key: never given out, forgotten, or
+    /// another key's (not told apart). 404.
+    LeaseNotFound,
+    /// The lease is no longer open: its time ran out (a budget is then
+    /// charged in full) or it was already committed or released. Nothing
+    /// changed. 409.
+    LeaseExpired,
+    /// A commit of a lease of places (a concurrency lease): release it
+    /// instead. 409.
+    NotCommittable,
+    /// The store holds as many open leases as `--max-leases` allows: 503,
+    /// nothing recorded.
+    TooManyLeases,
     /// The store failed or could not be reached.
     StoreUnavailable,
     /// `/readyz`: a source of rules (the xDS control plane) has not sent
@@ -127,12 +145,16 @@ impl ErrorCode {
             ErrorCode::KeyConflict
             | ErrorCode::TooManyRuntimeKeys
             | ErrorCode::TooManyRuntimeDomains
-            | ErrorCode::DomainDefinedInFile => StatusCode::CONFLICT,
+            | ErrorCode::DomainDefinedInFile
+            | ErrorCode::LeaseExpired
+            | ErrorCode::NotCommittable => StatusCode::CONFLICT,
+            ErrorCode::LeaseNotFound => StatusCode::NOT_FOUND,
             ErrorCode::AdminTokenNotConfigured => StatusCode::FORBIDDEN,
             ErrorCode::VersionMismatch => StatusCode::PRECONDITION_FAILED,
-            ErrorCode::StoreUnavailable | ErrorCode::TooManyWaiting | ErrorCode::RulesPending => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ErrorCode::StoreUnavailable
+            | ErrorCode::TooManyWaiting
+            | ErrorCode::RulesPending
+            | ErrorCode::TooManyLeases => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::InternalError => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -249,7 +271,23 @@ impl From<slidegate::Error> for ApiError {
                 ),
             );
         }
+        if let E::TooManyLeases { max } = error {
+            tracing::warn!(max, "too many open leases");
+            return ApiError::new(
+                ErrorCode::TooManyLeases,
+                format!(
+                    "the store holds {max} open leases, the most --max-leases allows: \
+                     nothing was recorded; retry once leases are committed, released or expired"
+                ),
+            );
+        }
         let code = match &error {
+            E::InvalidLease(_) => ErrorCode::InvalidLease,
+            E::LeaseRequired => ErrorCode::MissingField,
+            E::LeaseNotFound => ErrorCode::LeaseNotFound,
+            E::LeaseExpired => ErrorCode::LeaseExpired,
+            E::NotCommittable => ErrorCode::NotCommittable,
+            E::Unsupported(_) => ErrorCode::InternalError,
             E::InvalidLimit { .. } => ErrorCode::InvalidLimit,
             E::InvalidWindow { .. } => ErrorCode::InvalidWindow,
             E::UnknownAlgorithm(_) => ErrorCode::UnknownAlgorithm,

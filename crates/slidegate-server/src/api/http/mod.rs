@@ -4,6 +4,9 @@
 //! |---|---|
 //! | `POST /v1/acquire` | 200 allowed, 429 denied; decision as JSON, `RateLimit-Policy`, `RateLimit`, and `Retry-After` on 429 |
 //! | `GET /v1/keys/{key}?limit=..&window_ms=..[&algorithm=..]` | 200; the key's state under that rule, consuming nothing; with `--admin-token`, only for a request carrying it |
+//! | `POST /v1/acquire` with `lease_ms` | 200 with `lease_id` and `lease_ms`: the cost reserved (or, under `concurrency` rules, places held) until committed, released or expired; 429 denied |
+//! | `POST /v1/leases/{id}/commit` | `{"cost", "key"?}`: settles a budget lease; 200 with `over_limit`; 404 `lease_not_found`, 409 `lease_expired` / `not_committable` |
+//! | `DELETE /v1/leases/{id}?key=K` | gives the lease back (budget or places); 200; 404, 409 as for a commit |
 //! | `POST /v1/check` (alias `POST /json`) | Envoy's `RateLimitRequest` in proto3 JSON, decided against the `--config` rules; 200 OK, 429 OVER_LIMIT, body `RateLimitResponse` |
 //! | `DELETE /v1/keys/{key}` | forgets the key under every rule; only with `--admin-token`, sent as `Authorization: Bearer` (401 without, 403 when wrong or disabled) |
 //! | `GET /healthz` | 200 while the process serves |
@@ -54,6 +57,7 @@ mod error;
 pub mod headers;
 mod json;
 mod layer;
+mod leases;
 mod limits;
 mod ops;
 pub mod request;
@@ -77,6 +81,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
     let router = Router::new()
         .route("/v1/acquire", post(acquire::acquire::<S>))
+        .route("/v1/leases/{id}/commit", post(leases::commit::<S>))
+        .route(
+            "/v1/leases/{id}",
+            axum::routing::delete(leases::release::<S>),
+        )
         .route("/v1/check", post(check::check::<S>))
         .route("/json", post(check::check::<S>))
         .route(

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use super::bounds::Bounds;
 use super::inner::Inner;
+use super::leases::LeaseBook;
 use super::map::Map;
 use super::store::MemoryStore;
 use super::sweep::spawn_sweeper;
 use crate::clock::{Clock, MonotonicClock};
+use crate::store::lease::DEFAULT_MAX_LEASES;
 
 /// Configures a [`MemoryStore`].
 #[derive(Debug, Clone)]
@@ -21,6 +23,7 @@ pub struct MemoryStoreBuilder<C = MonotonicClock> {
     max_rules_per_key: usize,
     sweep_interval: Option<Duration>,
     shards: usize,
+    max_leases: usize,
 }
 
 impl MemoryStore<String, MonotonicClock> {
@@ -38,6 +41,7 @@ impl MemoryStore<String, MonotonicClock> {
             max_rules_per_key: DEFAULT_MAX_RULES_PER_KEY,
             sweep_interval: Some(Duration::from_secs(1)),
             shards: 128,
+            max_leases: DEFAULT_MAX_LEASES,
         }
     }
 }
@@ -68,6 +72,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             max_rules_per_key: self.max_rules_per_key,
             sweep_interval: self.sweep_interval,
             shards: self.shards,
+            max_leases: self.max_leases,
         }
     }
 
@@ -138,6 +143,18 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
+    /// The most leases open at once
+    /// ([`DEFAULT_MAX_LEASES`](crate::store::DEFAULT_MAX_LEASES) by
+    /// default): one more is refused with
+    /// [`Error::TooManyLeases`](crate::Error::TooManyLeases), nothing
+    /// recorded. A lease stops counting once settled or expired. The
+    /// records leases leave behind are counted in
+    /// [`max_bytes`](Self::max_bytes) too.
+    pub fn max_leases(mut self, max_leases: usize) -> Self {
+        self.max_leases = max_leases;
+        self
+    }
+
     /// The number of map shards, rounded up to a power of two (default 128).
     /// More shards make each sweep step lock less, and two threads less
     /// likely to want the same lock.
@@ -163,6 +180,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             next_forced_sweep: AtomicU64::new(0),
             forced_sweep_gap: u64::try_from(gap).unwrap_or(u64::MAX),
             sweeper: OnceLock::new(),
+            leases: LeaseBook::new(self.max_leases),
+            freed: tokio::sync::Notify::new(),
         });
         if let Some(interval) = self.sweep_interval {
             spawn_sweeper(&inner, interval);

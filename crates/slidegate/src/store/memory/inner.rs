@@ -12,6 +12,7 @@ use parking_lot::MutexGuard;
 
 use super::batch::{Locked, LockedHit, SCAN_UP_TO, decide_all};
 use super::bounds::Bounds;
+use super::leases::LeaseBook;
 use super::map::{Entry, Map, Shard};
 use super::rules::RuleTable;
 use super::slot::{Slot, key_bytes};
@@ -32,6 +33,10 @@ pub(super) struct Inner<K, C> {
     pub(super) next_forced_sweep: AtomicU64,
     pub(super) forced_sweep_gap: u64,
     pub(super) sweeper: OnceLock<Thread>,
+    /// Every lease, by id.
+    pub(super) leases: LeaseBook<K>,
+    /// Wakes the requests waiting for places when some are given back.
+    pub(super) freed: tokio::sync::Notify,
 }
 
 impl<K, C> Drop for Inner<K, C> {

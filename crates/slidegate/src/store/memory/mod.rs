@@ -24,6 +24,12 @@
 //!   records nothing; see [`MemoryStoreBuilder::max_bytes`]. A sliding log
 //!   holds at most one entry per distinct admission time inside its
 //!   window, so at most `L`, and never more than the byte bound.
+//! - **Leases** (`store::lease`) are taken and settled under the key's
+//!   shard lock like any decision; their records sit in a book of their
+//!   own, sharded by id, never locked while a key's shard is, and counted
+//!   in `max_bytes` and against `max_leases`. A give-back changes the
+//!   admission in place: a sliding log's entry at the reservation's time
+//!   costs less, or goes.
 //! - **Batches** are linear in their length: keys and (key, rule) pairs
 //!   are indexed by hashing (by scanning, up to 16 hits), never by
 //!   comparing every hit with every other.
@@ -37,6 +43,9 @@ mod batch;
 mod bounds;
 mod builder;
 mod inner;
+mod lease_steps;
+mod leased;
+mod leases;
 mod log;
 mod map;
 mod reserve;

@@ -24,6 +24,7 @@ use super::log::{
 };
 use super::rules::{RuleId, RuleTable};
 use super::states::{KeyStates, check_held, make_room_in};
+use crate::algorithm::concurrency::Concurrency;
 use crate::algorithm::fixed_window::FixedWindow;
 use crate::algorithm::gcra::Gcra;
 use crate::algorithm::log_algorithm::{self, LogEntries, effective_now};
@@ -368,6 +369,8 @@ impl Slot {
             // a log has a compact form only when a ring can hold it (an
             // inline form takes windows a ring takes, not larger limits).
             Algorithm::SlidingLog => ring_fits(rule),
+            // Places held are few and settled by leases: boxed.
+            Algorithm::Concurrency => false,
             _ => true,
         };
         if let Some(id) = compact.then(|| rules.intern(rule)).flatten() {
@@ -401,6 +404,7 @@ impl Slot {
                     key_bytes,
                     state: SlidingCounter::default(),
                 },
+                Algorithm::Concurrency => unreachable!("a concurrency rule has no compact form"),
             });
         }
         bounds.try_charge(KeyStates::bytes_for(1))?;
@@ -695,6 +699,103 @@ impl Slot {
             log: inline,
         };
         bounds.credit(freed);
+    }
+
+    /// What names the admission just recorded at `now` under `rule`, for
+    /// a [give-back](Self::give_back) (see `State::mark`).
+    pub(crate) fn mark(&self, rule: Rule, now: u64, rules: &RuleTable) -> u64 {
+        let bits = cost_bits(rule.rate());
+        match self {
+            Slot::Inline {
+                rule: id, len, log, ..
+            } if rules.is(*id, rule) => log.newest_at(*len, bits),
+            Slot::Spilled { rule: id, log, .. } if rules.is(*id, rule) => log.newest_at(),
+            Slot::Gcra { rule: id, .. } if rules.is(*id, rule) => now,
+            Slot::Fixed {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => state.mark(),
+            Slot::Counter {
+                rule: id, state, ..
+            } if rules.is(*id, rule) => state.mark(),
+            Slot::Many(states) => states.state(rule).map_or(0, |state| state.mark(now)),
+            _ => 0,
+        }
+    }
+
+    /// Gives back `cost` of an admission of `cost + kept` under `rule`
+    /// named by `mark`, as far as the algorithm can (see `State::give_back`);
+    /// false when the slot holds no state of `rule` or nothing of the
+    /// admission counts any more.
+    #[allow(clippy::too_many_arguments)] // the state's address, what to give, and the store's books
+    pub(crate) fn give_back(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        mark: u64,
+        cost: u64,
+        kept: u64,
+        bounds: &Bounds,
+        rules: &RuleTable,
+    ) -> bool {
+        let rate = rule.rate();
+        let given = match self.state_mut(rule, rules) {
+            None => return false,
+            Some(StateMut::Inline(mut log)) => log.give_back(mark, cost),
+            Some(StateMut::Spilled(mut log)) => log.give_back(mark, cost),
+            Some(StateMut::Gcra(state)) => {
+                state.give_back(rate, now, mark, cost, kept);
+                true
+            }
+            Some(StateMut::Fixed(state)) => state.give_back(mark, cost),
+            Some(StateMut::Counter(state)) => state.give_back(rate, mark, cost),
+            Some(StateMut::Boxed(state)) => {
+                let before = state.heap_bytes();
+                let given = state.give_back(rate, now, mark, cost, kept);
+                bounds.settle(before, 0, state.heap_bytes());
+                given
+            }
+        };
+        if let Slot::Spilled { usage, .. } = self
+            && *usage <= UNSPILL_AT
+        {
+            self.unspill(rate, bounds);
+        }
+        given
+    }
+
+    /// The concurrency state of `rule` (added if the slot holds none; see
+    /// [`add`](Self::add) for `keep`), with room for one more entry and
+    /// one more waiter.
+    pub(crate) fn places(
+        &mut self,
+        rule: Rule,
+        now: u64,
+        bounds: &Bounds,
+        rules: &mut RuleTable,
+        keep: impl Fn(Rule) -> bool,
+    ) -> Result<&mut Concurrency> {
+        match self.state_or_add(rule, now, bounds, rules, keep)? {
+            StateMut::Boxed(state) => {
+                make_room_in(state, now, bounds)?;
+                match state {
+                    State::Concurrency(places) => Ok(places),
+                    _ => unreachable!("the state of a concurrency rule"),
+                }
+            }
+            _ => unreachable!("a concurrency rule's state is boxed"),
+        }
+    }
+
+    /// The concurrency state of `rule`, if the slot holds one.
+    pub(crate) fn places_held(
+        &mut self,
+        rule: Rule,
+        rules: &RuleTable,
+    ) -> Option<&mut Concurrency> {
+        match self.state_mut(rule, rules) {
+            Some(StateMut::Boxed(State::Concurrency(places))) => Some(places),
+            _ => None,
+        }
     }
 
     /// True when every state may be dropped at `now` without changing any

@@ -107,6 +107,12 @@ impl KeyStates {
         self.states.iter().position(|(r, _)| *r == rule)
     }
 
+    /// The state of `rule`, if held.
+    pub(crate) fn state(&self, rule: Rule) -> Option<&State> {
+        let index = self.position(rule)?;
+        self.states.get(index).map(|(_, s)| s)
+    }
+
     #[inline]
     pub(crate) fn state_mut(&mut self, rule: Rule) -> Option<&mut State> {
         let index = self.position(rule)?;

@@ -21,6 +21,7 @@ use crate::store::checks::{check_batch, check_cost, check_waits, validate_keys};
 use crate::store::contract::Store;
 use crate::store::hit::Hit;
 use crate::store::key::validate_key;
+use crate::store::lease::{Lease, Settled};
 use crate::store::reserve::{BatchReservation, Reservation, wait_micros};
 
 /// The in-process store. Cheap to clone: clones share the same state.
@@ -362,5 +363,36 @@ impl<C: Clock> Store for MemoryStore<String, C> {
     ) -> Result<BatchReservation> {
         validate_keys(hits)?;
         MemoryStore::reserve_batch(self, hits, max_wait)
+    }
+
+    async fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+    ) -> Result<Lease> {
+        validate_key(key)?;
+        MemoryStore::reserve_lease(self, key, rules, cost, time)
+    }
+
+    async fn reserve_lease_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+        max_wait: Duration,
+    ) -> Result<Lease> {
+        validate_key(key)?;
+        MemoryStore::reserve_lease_wait(self, key, rules, cost, time, max_wait).await
+    }
+
+    async fn commit(&self, id: &str, key: Option<&str>, cost: u64) -> Result<Settled> {
+        MemoryStore::commit(self, id, key, cost)
+    }
+
+    async fn release(&self, id: &str, key: Option<&str>) -> Result<Settled> {
+        MemoryStore::release(self, id, key)
     }
 }

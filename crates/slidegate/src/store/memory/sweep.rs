@@ -64,6 +64,7 @@ where
             }
         }
         self.bounds.remove_keys(removed, bytes);
+        self.leases.purge(self.clock.now_micros(), &self.bounds);
         removed
     }
 

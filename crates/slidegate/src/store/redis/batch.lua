@@ -62,7 +62,7 @@ for d = 1, n do
       end
     end
   else
-    at = at + 16
+    at = at + 2 * 8
     local its_mode = PLAIN
     if hits < 0 then
       its_mode = math.floor(-hits / MODE_SCALE)

@@ -20,6 +20,7 @@ use super::url::{NodeUrl, cluster_nodes, sentinel_url};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::store::contract::Store;
+use crate::store::lease::DEFAULT_MAX_LEASES;
 
 /// The default key prefix.
 pub const DEFAULT_PREFIX: &str = "slidegate";
@@ -72,6 +73,7 @@ pub struct RedisStoreBuilder {
     clock: Option<Arc<dyn Clock>>,
     margin: Option<Duration>,
     coalesce: Coalesce,
+    max_leases: usize,
 }
 
 impl std::fmt::Debug for RedisStoreBuilder {
@@ -91,6 +93,7 @@ impl std::fmt::Debug for RedisStoreBuilder {
             )
             .field("expiry_margin", &self.expiry_margin_or_default())
             .field("coalesce", &self.coalesce)
+            .field("max_leases", &self.max_leases)
             .finish_non_exhaustive()
     }
 }
@@ -105,6 +108,7 @@ impl RedisStoreBuilder {
             clock: None,
             margin: None,
             coalesce: Coalesce::on(),
+            max_leases: DEFAULT_MAX_LEASES,
         }
     }
 
@@ -165,6 +169,16 @@ impl RedisStoreBuilder {
     /// sends one script call per decision. See [`Coalesce`].
     pub fn coalesce(mut self, coalesce: Coalesce) -> Self {
         self.coalesce = coalesce;
+        self
+    }
+
+    /// The most leases open at once in this Redis, for every process that
+    /// shares it ([`DEFAULT_MAX_LEASES`] by default): one more is refused
+    /// with [`Error::TooManyLeases`], nothing recorded. A lease stops
+    /// counting once settled or expired. On a cluster the open leases are
+    /// counted in one slot, by a call of their own before the lease's.
+    pub fn max_leases(mut self, max_leases: usize) -> Self {
+        self.max_leases = max_leases;
         self
     }
 
@@ -253,6 +267,7 @@ impl RedisStoreBuilder {
                 timeout: self.timeout,
                 connect_timeout: self.connect_timeout,
                 calls,
+                max_leases: self.max_leases,
             }),
         })
     }

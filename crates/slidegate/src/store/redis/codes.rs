@@ -12,14 +12,15 @@ pub(super) const fn algorithm_code(algorithm: Algorithm) -> u8 {
         Algorithm::SlidingCounter => 1,
         Algorithm::FixedWindow => 2,
         Algorithm::Gcra => 3,
+        Algorithm::Concurrency => 4,
     }
 }
 
 /// A hit's options ride in its code: `algorithm + REPORT * report +
 /// LOCKOUT * lockout (µs)`.
-pub(super) const REPORT: f64 = 4.0;
+pub(super) const REPORT: f64 = 8.0;
 /// See [`REPORT`].
-pub(super) const LOCKOUT: f64 = 8.0;
+pub(super) const LOCKOUT: f64 = 16.0;
 
 /// A hit's code: its algorithm with its rule's options (see [`REPORT`]),
 /// below 2^53 (a lockout is below 2^49 µs), so exact.
@@ -51,12 +52,23 @@ pub(super) enum Mode {
     Reserve = 5,
     /// A plain decision in the batch layout (a hit that reports, alone).
     WithOptions = 6,
+    /// A budget lease: a plain decision, filed when granted (`lease.lua`).
+    Lease = 7,
+    /// A lease of places under concurrency rules.
+    Places = 8,
+    /// A commit or a release of a lease.
+    Settle = 9,
 }
+
+/// What a lease's record says it holds (`lease.lua`): a budget.
+pub(super) const BUDGET_LEASE: f64 = 0.0;
+/// See [`BUDGET_LEASE`]: places.
+pub(super) const PLACES_LEASE: f64 = 1.0;
 
 impl Mode {
     /// Every mode, for the test that the two tables agree.
     #[cfg(test)]
-    pub(super) const ALL: [Mode; 7] = [
+    pub(super) const ALL: [Mode; 10] = [
         Mode::Plain,
         Mode::Record,
         Mode::Check,
@@ -64,6 +76,9 @@ impl Mode {
         Mode::Coalesced,
         Mode::Reserve,
         Mode::WithOptions,
+        Mode::Lease,
+        Mode::Places,
+        Mode::Settle,
     ];
 
     /// The first number of a call of `hits` hits (or decisions) in this
@@ -121,12 +136,13 @@ mod tests {
     #[test]
     fn the_lua_table_says_what_this_one_says() {
         let mut want = BTreeMap::new();
-        for algorithm in Algorithm::ALL {
+        for algorithm in Algorithm::ALL.into_iter().chain([Algorithm::Concurrency]) {
             let name = match algorithm {
                 Algorithm::SlidingLog => "SLIDING_LOG",
                 Algorithm::SlidingCounter => "SLIDING_COUNTER",
                 Algorithm::FixedWindow => "FIXED_WINDOW",
                 Algorithm::Gcra => "GCRA",
+                Algorithm::Concurrency => "CONCURRENCY",
             };
             want.insert(name.to_owned(), f64::from(algorithm_code(algorithm)));
         }
@@ -139,9 +155,14 @@ mod tests {
                 Mode::Coalesced => "COALESCED",
                 Mode::Reserve => "RESERVE",
                 Mode::WithOptions => "WITH_OPTIONS",
+                Mode::Lease => "LEASE",
+                Mode::Places => "PLACES",
+                Mode::Settle => "SETTLE",
             };
             want.insert(name.to_owned(), f64::from(mode as u8));
         }
+        want.insert("BUDGET_LEASE".to_owned(), BUDGET_LEASE);
+        want.insert("PLACES_LEASE".to_owned(), PLACES_LEASE);
         want.insert("REPORT".to_owned(), REPORT);
         want.insert("LOCKOUT".to_owned(), LOCKOUT);
         want.insert("MODE_SCALE".to_owned(), MODE_SCALE);
@@ -155,12 +176,13 @@ mod tests {
         // An algorithm code never reaches the first option bit, a lockout
         // never overlaps the report bit, and a call's hits never reach the
         // mode's scale (a batch is far shorter than 2^20 hits).
-        for algorithm in Algorithm::ALL {
+        let every = Algorithm::ALL.into_iter().chain([Algorithm::Concurrency]);
+        for algorithm in every.clone() {
             assert!(f64::from(algorithm_code(algorithm)) < REPORT);
         }
         // main.lua lists the builders of the algorithms after the sliding
-        // log's in the order of their codes: 1, 2, 3.
-        for (i, algorithm) in Algorithm::ALL.into_iter().enumerate() {
+        // log's in the order of their codes: 1, 2, 3, 4.
+        for (i, algorithm) in every.enumerate() {
             assert_eq!(usize::from(algorithm_code(algorithm)), i, "{algorithm}");
         }
         assert_eq!(LOCKOUT, 2.0 * REPORT);
@@ -170,7 +192,7 @@ mod tests {
             .reporting()
             .block_for(std::time::Duration::from_millis(3))
             .unwrap();
-        assert_eq!(options_code(rule), 3.0 + 4.0 + 8.0 * 3_000.0);
+        assert_eq!(options_code(rule), 3.0 + 8.0 + 16.0 * 3_000.0);
         assert_eq!(Mode::Plain.hit_count(3), 3.0);
         assert_eq!(Mode::Reserve.hit_count(3), -(5.0 * 1_048_576.0 + 3.0));
     }

@@ -16,7 +16,7 @@ local function build_gcra()
   -- `burst`: the bucket's size (Rule::with_burst), the limit when not given.
   function gcra.load(index, limit, window, burst)
     local st = { key = KEYS[index], limit = limit, window = window, burst = burst or limit, q = 0, r = 0 }
-    local value = load_value(index, 16, 'gcra')
+    local value = load_value(index, 2 * 8, 'gcra')
     if value then
       st.q, st.r = bunpack('<dd', value)
       st.existed = true
@@ -125,24 +125,37 @@ local function build_gcra()
   -- Takes back what is left of c units admitted at t: their emission
   -- intervals c * W / L, less the time since t, and nothing once that much
   -- time has passed. Why this never lets more through than if they had
-  -- never been admitted: see cross_slot.rs.
-  function gcra.undo(st, now, margin, t, c)
+  -- never been admitted: see cross_slot.rs. A lease settled for less
+  -- (give_back) admitted `kept` units more with them, which drain first:
+  -- what is left is min(c, c + kept - (now - t)) intervals' worth (see
+  -- algorithm/gcra.rs).
+  function gcra.undo(st, now, margin, t, c, kept)
     local L, W = st.limit, st.window
     local cq, cr = muldiv(c, W, L)
+    local aq, ar = cq, cr
+    if kept and kept > 0 then
+      aq, ar = muldiv(c + kept, W, L)
+    end
     local elapsed = now - t
     if elapsed < 0 then
       elapsed = 0
     end
-    if cq < elapsed or (cq == elapsed and cr == 0) then
+    if aq < elapsed or (aq == elapsed and ar == 0) then
       return
     end
-    local q, r = st.q - (cq - elapsed), st.r - cr
+    -- Back by what is left of all the intervals, at most the returned ones.
+    local bq, br = aq - elapsed, ar
+    if bq > cq or (bq == cq and br > cr) then
+      bq, br = cq, cr
+    end
+    local q, r = st.q - bq, st.r - br
     if r < 0 then
       q, r = q - 1, r + L
     end
     st.q, st.r = q, r
     gcra.save(st, now, margin)
   end
+  gcra.give_back = gcra.undo
 
   return gcra
 end

@@ -40,6 +40,8 @@ pub(super) struct Inner {
     /// The changes other processes make, for the deny caches that watch
     /// this store.
     pub(super) feed: Arc<Feed>,
+    /// The most leases open at once (see `leases.rs`; 0: not bounded).
+    pub(super) max_leases: usize,
 }
 
 /// How the store reaches Redis.
@@ -80,18 +82,6 @@ impl Inner {
     pub(super) fn start_feed(&self) {
         if self.feed.is_wanted() {
             self.feed.start_if_wanted();
-        }
-    }
-
-    /// Runs `call` within the per-call deadline.
-    async fn within<T>(
-        &self,
-        call: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T> {
-        match tokio::time::timeout(self.timeout, call).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(self.store_error(e)),
-            Err(_) => Err(Error::Timeout(self.timeout)),
         }
     }
 
@@ -308,41 +298,99 @@ impl Inner {
         cmd: &redis::Cmd,
         route_key: &str,
     ) -> Result<T> {
+        let value = self
+            .query_value(cmd, route_key)
+            .await?
+            .map_err(|e| self.store_error(e))?;
+        redis::from_redis_value(value).map_err(|e| Error::Store(e.to_string()))
+    }
+
+    /// Runs a call of the script that is not a decision (a lease's, see
+    /// `leases.rs`) on the node that serves `route_key`, within the
+    /// deadline, loading the script where Redis lost it (`NOSCRIPT`: the
+    /// call did not run). An error Redis answers is typed by `typed`, or
+    /// is a store error.
+    pub(super) async fn eval(
+        &self,
+        cmd: &redis::Cmd,
+        route_key: &str,
+        typed: impl Fn(&redis::RedisError) -> Option<Error>,
+    ) -> Result<redis::Value> {
+        let mut loads = 0;
+        loop {
+            match self.query_value(cmd, route_key).await? {
+                Err(e) if is_noscript(&e) && loads < NOSCRIPT_RETRIES => {
+                    loads += 1;
+                    let _: String = self.query(&load_command(), route_key).await?;
+                }
+                Err(e) => return Err(typed(&e).unwrap_or_else(|| self.store_error(e))),
+                Ok(value) => return Ok(value),
+            }
+        }
+    }
+
+    /// [`query`](Self::query)'s reply, or the error Redis answered: a
+    /// failure to reach Redis in time is the outer error.
+    async fn query_value(
+        &self,
+        cmd: &redis::Cmd,
+        route_key: &str,
+    ) -> Result<redis::RedisResult<redis::Value>> {
         self.start_feed();
+        let answered = |reply: redis::RedisResult<redis::Value>| match reply {
+            Ok(redis::Value::ServerError(e)) => Ok(Err(e.into())),
+            Err(e) if e.is_timeout() || e.is_io_error() || e.is_connection_dropped() => {
+                Err(self.store_error(e))
+            }
+            other => Ok(other),
+        };
         match &self.connection {
-            Connection::Node(lane) => self.within(cmd.query_async(&mut lane.connection())).await,
+            Connection::Node(lane) => {
+                let reply = self
+                    .bounded(cmd.query_async(&mut lane.connection()))
+                    .await?;
+                answered(reply)
+            }
             Connection::Sentinel(sentinel) => {
                 let master = sentinel.master(self.timeout).await?;
-                let result = self
-                    .within(cmd.query_async(&mut master.lane.connection()))
-                    .await;
-                if result.as_ref().is_err_and(Error::is_store_failure) {
+                let reply = self
+                    .bounded(cmd.query_async(&mut master.lane.connection()))
+                    .await
+                    .and_then(answered);
+                // Any error (a master demoted answers READONLY): the
+                // sentinels may name another master by now.
+                if !matches!(reply, Ok(Ok(_))) {
                     sentinel.refresh_if_due(true);
                 }
-                result
+                reply
             }
             Connection::Cluster(c) => {
                 if let Some(mut master) = self.master_connection(route_key) {
-                    return match tokio::time::timeout(self.timeout, cmd.query_async(&mut master))
-                        .await
-                    {
-                        Ok(Err(e)) if is_redirect(&e) => {
-                            self.slots_moved();
-                            Err(self.store_error(e))
-                        }
-                        Ok(other) => other.map_err(|e| self.store_error(e)),
-                        Err(_) => Err(Error::Timeout(self.timeout)),
-                    };
+                    let reply = self.bounded(cmd.query_async(&mut master)).await?;
+                    if reply.as_ref().is_err_and(is_redirect) {
+                        self.slots_moved();
+                    }
+                    return answered(reply);
                 }
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
                     Route::with_key(route_key, SlotAddr::Master),
                 ));
-                let value = self
-                    .within(c.clone().route_command(cmd.clone(), routing))
+                let reply = self
+                    .bounded(c.clone().route_command(cmd.clone(), routing))
                     .await?;
-                redis::from_redis_value(value).map_err(|e| Error::Store(e.to_string()))
+                answered(reply)
             }
         }
+    }
+
+    /// `call`'s reply within the per-call deadline, or [`Error::Timeout`].
+    async fn bounded<T>(
+        &self,
+        call: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<redis::RedisResult<T>> {
+        tokio::time::timeout(self.timeout, call)
+            .await
+            .map_err(|_| Error::Timeout(self.timeout))
     }
 
     /// Tells every process watching this store's changes of `change`.

@@ -90,11 +90,68 @@ fn write_stem(out: &mut Vec<u8>, prefix: &str, key: &str) {
 /// the time (µs) the block ends, expiring then (written by `main.lua`).
 pub(crate) const BLOCK_SUFFIX: &str = ":block";
 
+/// What the Redis key of a concurrency rule's waiters appends to its
+/// state's key (written by `concurrency.lua`).
+pub(crate) const QUEUE_SUFFIX: &str = ":q";
+
 /// The Redis key of the undo journal of one cross-slot decision in the
 /// slot of `key` (see `cross_slot.rs`): `prefix:v2:undo:{slot}:token`. No
 /// state key starts that way (a stem has `{` or `t:` after the version).
 pub(crate) fn journal_key(prefix: &str, key: &str, token: &str) -> String {
     format!("{prefix}:{FORMAT}:undo:{{{}}}:{token}", slot_key(key))
+}
+
+/// The Redis key of the record of the lease `id` (its text, whose first
+/// four hex digits are its key's slot, see `leases.rs`):
+/// `prefix:v2:lease:{tag}:id`, in that slot. The tag is the shortest
+/// text of the slot ([`slot_tag`]): the id names the slot, not the key,
+/// so that a lease is found from its id alone and says nothing of its
+/// key. No state key starts that way (a stem has `{` or `t:` after the
+/// version).
+pub(crate) fn lease_key(prefix: &str, slot: u16, id: &str) -> String {
+    format!("{prefix}:{FORMAT}:lease:{{{}}}:{id}", slot_tag(slot))
+}
+
+/// The Redis key of the set of open leases (see `lease.lua`).
+pub(crate) fn open_leases_key(prefix: &str) -> String {
+    format!("{prefix}:{FORMAT}:leases")
+}
+
+/// A short text whose Redis Cluster slot is `slot`: the first, counting
+/// in base 36, of every slot's (found once per process, in a few
+/// milliseconds).
+pub(crate) fn slot_tag(slot: u16) -> &'static str {
+    static TAGS: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        let mut tags = vec![String::new(); usize::from(SLOTS)];
+        let mut missing = usize::from(SLOTS);
+        let mut n: u64 = 0;
+        while missing > 0 {
+            let tag = base36(n);
+            let slot =
+                usize::from(crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % SLOTS);
+            if tags[slot].is_empty() {
+                tags[slot] = tag;
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags
+    });
+    TAGS.get(usize::from(slot)).map_or("", String::as_str)
+}
+
+fn base36(mut n: u64) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
+    let mut out = Vec::new();
+    loop {
+        out.push(DIGITS[(n % 36) as usize]);
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reverse();
+    String::from_utf8(out).unwrap_or_default()
 }
 
 /// A SCAN MATCH pattern for every state of `key` (and possibly of other
@@ -123,8 +180,10 @@ pub(crate) fn is_state_of(prefix: &str, key: &str, redis_key: &[u8]) -> bool {
     let Ok(rest) = std::str::from_utf8(rest) else {
         return false;
     };
-    // A rule's lockout lives beside its state (see main.lua).
+    // A rule's lockout lives beside its state (see main.lua), and so do
+    // the waiters of a concurrency rule (see concurrency.lua).
     let rest = rest.strip_suffix(BLOCK_SUFFIX).unwrap_or(rest);
+    let rest = rest.strip_suffix(QUEUE_SUFFIX).unwrap_or(rest);
     // `rate`, `rate:algorithm` or `rate:gcra:burstN`, each as written.
     let mut parts = rest.split(':');
     let rate = parts.next().unwrap_or_default();
@@ -206,6 +265,26 @@ mod tests {
         assert_eq!(slot_key(&journal), "42");
         assert_eq!(slot_key(&journal_key("p", "plain", "x")), "plain");
         assert!(!is_state_of("p", "undo", journal.as_bytes()));
+    }
+
+    #[test]
+    fn a_lease_record_lives_in_the_slot_its_id_names() {
+        for slot in [0, 1, 12_182, 16_383] {
+            let record = lease_key("p", slot, "00ffabc");
+            assert_eq!(slot_of(&record), slot, "{record}");
+            assert!(record.starts_with("p:v2:lease:{"));
+        }
+        let record = lease_key("p", slot_of("user:{42}:a"), "x");
+        assert_eq!(slot_of(&record), slot_of("42"));
+        assert!(!is_state_of("p", "lease", record.as_bytes()));
+    }
+
+    #[test]
+    fn the_waiters_of_a_concurrency_rule_are_a_state_of_their_key() {
+        let rule = Rule::concurrency(3).unwrap();
+        let queue = format!("{}{QUEUE_SUFFIX}", state_key("p", "k", rule));
+        assert_eq!(queue, "p:v2:{k}:3/1d:concurrency:q");
+        assert!(is_state_of("p", "k", queue.as_bytes()));
     }
 
     #[test]

@@ -19,6 +19,12 @@
 --     however often it is sent and a record call that had not run yet
 --     never will; then answer as a check.
 --
+-- LEASE: a budget lease (see lease.lua), a plain decision in the batch
+-- layout followed by the lease's time, its retention (µs) and the most
+-- open leases (0: not counted here); KEYS end with the lease's record
+-- (and the set of open leases when counted here). Granted, the lease is
+-- filed with the mark of each admission.
+--
 -- WITH_OPTIONS: a plain decision in the batch layout followed by one
 -- unused number (what a hit that reports takes even alone),
 -- and RESERVE, on one slot, with the batch layout followed by the longest
@@ -32,10 +38,15 @@
 --     one more number: the wait (µs), or -1 when nothing was recorded.
 
 -- The builders by algorithm code (codes.lua): SLIDING_LOG's, then those of
--- SLIDING_COUNTER, FIXED_WINDOW and GCRA, listed in the order of their
--- codes rather than keyed by them, so that they sit in the table's array
--- part (cheaper to build and to read).
-local BUILDERS = { [SLIDING_LOG] = build_sliding_log, build_sliding_counter, build_fixed_window, build_gcra }
+-- SLIDING_COUNTER, FIXED_WINDOW, GCRA and CONCURRENCY, listed in the order
+-- of their codes rather than keyed by them, so that they sit in the
+-- table's array part (cheaper to build and to read).
+-- What a budget lease's decision calls (LEASE), set by lease.lua for a
+-- call of a lease only: no closure is made for the others.
+local lease_open, lease_file
+
+local BUILDERS = { [SLIDING_LOG] = build_sliding_log, build_sliding_counter, build_fixed_window, build_gcra,
+  build_concurrency }
 local built = {}
 
 local function build(algorithm_code)
@@ -123,12 +134,20 @@ end
 local function decide(spec, at, n, mode, base, nkeys)
   -- Per hit, in parallel arrays (tables cost Redis CPU): its state, cost
   -- and checked cost. States are loaded once per key.
-  local journal, lifetime, max_wait
+  local journal, lifetime, max_wait, lease
   if mode == WITH_OPTIONS then
     mode = PLAIN
   end
   if mode == RESERVE then
     max_wait = bunpack('<d', spec, at + 8 * HIT_NUMBERS * n)
+  elseif mode == LEASE then
+    -- A budget lease (see lease.lua): decided as a plain decision, then
+    -- filed, refused beyond the open leases the store allows.
+    lease = lease_open(bunpack('<ddd', spec, at + 8 * HIT_NUMBERS * n))
+    if lease.refusal then
+      return lease.refusal
+    end
+    mode = PLAIN
   elseif mode > PLAIN then
     journal = KEYS[base + nkeys]
     lifetime = format('%d', bunpack('<d', spec, at + 8 * HIT_NUMBERS * n))
@@ -314,6 +333,13 @@ local function decide(spec, at, n, mode, base, nkeys)
     return bpack('<' .. string.rep('d', 4 * n + 1), unpack(reply))
   end
 
+  if lease and all_allowed then
+    lease_file(lease, n, function(i)
+      local st = state[i]
+      return st.code, st.limit, st.window, st.algorithm.mark(st, now)
+    end, costs[1])
+  end
+
   if mode == RECORD and all_allowed then
     local entries = {}
     for index, st in pairs(states) do
@@ -330,6 +356,6 @@ local function decide(spec, at, n, mode, base, nkeys)
   return bpack('<' .. string.rep('d', 4 * n), unpack(reply))
 end
 
-if mode ~= COALESCED then
+if mode ~= COALESCED and mode < LEASE then
   return decide(ARGV[1], 25, n, mode, 0, #KEYS)
 end

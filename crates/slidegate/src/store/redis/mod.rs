@@ -78,6 +78,7 @@ mod cross_slot;
 mod errors;
 mod inner;
 mod keys;
+mod leases;
 mod limits;
 mod plan;
 mod quorum;

@@ -131,6 +131,8 @@ local function build_sliding_counter()
     end
     sliding_counter.save(st, now, margin)
   end
+  -- A lease settled for less: counts add up, so as an undo.
+  sliding_counter.give_back = sliding_counter.undo
 
   return sliding_counter
 end

@@ -407,5 +407,83 @@ local function build_sliding_log()
       254, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))
   end
 
+  -- A lease settled for less gives back c of the record made at time t
+  -- (see store/lease.rs), as undo does, except that a record left costing
+  -- nothing leaves the log: the log ends where the memory store's does
+  -- (which drops such an entry), and every record costs at least 1. The
+  -- records after it move back one place; the value is written whole
+  -- (the bytes before the record copied by Redis), its expiry kept.
+  function sliding_log.give_back(st, _, _, t, c)
+    if not st.live or t > st.nt or t < st.o1 then
+      return
+    end
+    local rec = st.ow + st.tw
+    local lo, hi = 0, (st.e - st.s) / rec - 1
+    while lo < hi do
+      local mid = lo + math.floor((hi - lo) / 2)
+      if (record_at(st, st.s + mid * rec, 1)) < t then
+        lo = mid + 1
+      else
+        hi = mid
+      end
+    end
+    local p = st.s + lo * rec
+    local at, total = record_at(st, p, 1)
+    if at ~= t then
+      return
+    end
+    local before = st.H
+    if p > st.s then
+      local _
+      _, before = record_at(st, p - rec, 1)
+    end
+    local held = total - before
+    if held < c then
+      return
+    end
+    if held == c and st.s == st.e - rec then
+      -- Its one record gone, the log holds nothing.
+      redis.call('DEL', st.key)
+      return
+    end
+    local tail
+    if p >= st.rawstart then
+      tail = string.sub(st.raw, p - st.rawstart + 1, st.e - st.rawstart)
+    else
+      tail = redis.call('GETRANGE', st.key, format('%d', p), format('%d', st.e - 1))
+    end
+    local records, from = {}, 1
+    if held == c then
+      from = 1 + rec
+      if p == st.e - rec then
+        st.nt = (record_at(st, p - rec, 1))
+      end
+      if p == st.s then
+        local next_at, next_total = record_at(st, p + rec, 1)
+        st.o1, st.T1 = next_at, next_total - c
+      end
+      st.e = st.e - rec
+    elseif p == st.s then
+      st.T1 = st.T1 - c
+    end
+    for i = from, #tail, rec do
+      local offset, stored = bunpack(st.fmt, tail, i)
+      records[#records + 1] = bpack(st.fmt, offset, (stored - c) % st.MT)
+    end
+    st.nT = st.nT - c
+    local head = ''
+    if p > 0 then
+      head = redis.call('GETRANGE', st.key, '0', format('%d', p - 1))
+    end
+    local ttl = redis.call('PTTL', st.key)
+    local value = head .. table.concat(records) .. bpack('<Bddddddddc5BB', 254, st.H, st.o1, st.T1,
+      st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw)
+    if ttl > 0 then
+      redis.call('SET', st.key, value, 'PX', format('%d', ttl))
+    else
+      redis.call('SET', st.key, value)
+    end
+  end
+
   return sliding_log
 end

@@ -9,6 +9,7 @@ use super::cross_slot;
 use super::errors::describe;
 use super::inner::{Connection, Inner};
 use super::keys::{self, is_state_of, scan_pattern, slot_of};
+use super::leases;
 use super::plan::Plan;
 use super::topology::Topology;
 use crate::decision::Decision;
@@ -19,6 +20,7 @@ use crate::store::checks::{check_batch, check_cost, check_waits, validate_keys};
 use crate::store::contract::Store;
 use crate::store::hit::Hit;
 use crate::store::key::validate_key;
+use crate::store::lease::{Lease, Settled};
 use crate::store::reserve::{BatchReservation, wait_micros};
 
 /// Keys asked for per SCAN round trip in [`RedisStore::reset`].
@@ -165,6 +167,26 @@ impl Store for RedisStore {
             .run(&plan, None, |plan, reply| plan.reservation(reply))
             .await?;
         Ok(BatchReservation::new(decisions.into_vec(), wait))
+    }
+
+    /// Reserves a lease in one script call (see `leases.rs`).
+    async fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+    ) -> Result<Lease> {
+        validate_key(key)?;
+        leases::reserve(&self.inner, key, rules, cost, time).await
+    }
+
+    async fn commit(&self, id: &str, key: Option<&str>, cost: u64) -> Result<Settled> {
+        leases::settle(&self.inner, id, key, Some(cost)).await
+    }
+
+    async fn release(&self, id: &str, key: Option<&str>) -> Result<Settled> {
+        leases::settle(&self.inner, id, key, None).await
     }
 
     /// Deletes every rule's state of `key`, then tells the deny cache of

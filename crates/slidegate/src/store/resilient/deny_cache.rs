@@ -177,8 +177,7 @@ impl DenyCache {
         now: u64,
         until: impl Fn(&Denial) -> u64,
     ) -> Option<Decision> {
-        // A report is recorded whatever the answer: never answered here.
-        if rules.iter().any(Rule::reports) {
+        if never_cached(rules) {
             return None;
         }
         let denials = self.entries.get(key)?;
@@ -202,8 +201,7 @@ impl DenyCache {
         answered: u64,
         decision: Decision,
     ) {
-        if decision.allowed() || decision.retry_after().is_zero() || rules.iter().any(Rule::reports)
-        {
+        if decision.allowed() || decision.retry_after().is_zero() || never_cached(rules) {
             return;
         }
         if self.len.load(Ordering::Relaxed) >= self.max_entries {
@@ -326,6 +324,16 @@ impl ChangeListener for DenyCache {
         self.resync.store(true, Ordering::SeqCst);
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
+}
+
+/// Rules whose denials are never cached: a report is recorded whatever the
+/// answer, and a concurrency rule's places come back with any release,
+/// which no change feed announces: a cached "full" would hold a freed
+/// place back until its expiry.
+fn never_cached(rules: &[Rule]) -> bool {
+    rules
+        .iter()
+        .any(|rule| rule.reports() || rule.algorithm() == crate::rate::Algorithm::Concurrency)
 }
 
 #[cfg(test)]

@@ -16,7 +16,19 @@ use crate::store::checks::{check_batch, check_cost, validate_keys};
 use crate::store::contract::Store;
 use crate::store::hit::Hit;
 use crate::store::key::validate_key;
+use crate::store::lease::{Lease, Settled};
 use crate::store::reserve::BatchReservation;
+
+/// The answer of a lease call, or the error for a store that did not
+/// answer (leases have no failure policy).
+fn answered<T>(call: Call<T>) -> Result<T> {
+    match call {
+        Call::Answered(answer) => Ok(answer),
+        Call::Failed => Err(Error::Store(
+            "the store did not answer (failed, timed out or its circuit is open): a lease is never granted or settled without it".into(),
+        )),
+    }
+}
 
 /// See the [module documentation](super). Cheap to clone.
 pub struct ResilientStore<S> {
@@ -228,6 +240,40 @@ impl<S: Store> Store for ResilientStore<S> {
                 None,
             )),
         }
+    }
+
+    /// Leases go to the store under its breakers and deadline, never to
+    /// the deny cache or the failure policy: a lease granted by the
+    /// policy could not be settled, so when the store cannot answer the
+    /// reservation is an error ([`Error::Store`]), never a grant.
+    async fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: std::time::Duration,
+    ) -> Result<Lease> {
+        validate_key(key)?;
+        let shared = &*self.shared;
+        answered(
+            shared
+                .call(shared.store.reserve_lease(key, rules, cost, time))
+                .await?,
+        )
+    }
+
+    /// A settlement through the breakers and the deadline; when the store
+    /// cannot answer, an error: the lease stays as it was (open until its
+    /// time runs out, then charged in full).
+    async fn commit(&self, id: &str, key: Option<&str>, cost: u64) -> Result<Settled> {
+        let shared = &*self.shared;
+        answered(shared.call(shared.store.commit(id, key, cost)).await?)
+    }
+
+    /// See [`commit`](Self::commit).
+    async fn release(&self, id: &str, key: Option<&str>) -> Result<Settled> {
+        let shared = &*self.shared;
+        answered(shared.call(shared.store.release(id, key)).await?)
     }
 
     async fn reset(&self, key: &str) -> Result<()> {

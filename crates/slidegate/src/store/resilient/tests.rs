@@ -112,6 +112,29 @@ impl Store for Switchable {
     async fn ready(&self) -> Result<()> {
         self.gate().await
     }
+    async fn reserve_lease(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+    ) -> Result<crate::store::lease::Lease> {
+        self.gate().await?;
+        self.inner.reserve_lease(key, rules, cost, time)
+    }
+    async fn commit(
+        &self,
+        id: &str,
+        key: Option<&str>,
+        cost: u64,
+    ) -> Result<crate::store::lease::Settled> {
+        self.gate().await?;
+        self.inner.commit(id, key, cost)
+    }
+    async fn release(&self, id: &str, key: Option<&str>) -> Result<crate::store::lease::Settled> {
+        self.gate().await?;
+        self.inner.release(id, key)
+    }
 }
 
 fn rule(s: &str) -> Rule {
@@ -512,4 +535,45 @@ async fn a_batch_repeating_a_counter_is_never_answered_from_the_deny_cache() {
     // The second hit asks for 2 units: both admissions must expire, 900 ms,
     // not the 400 ms of one hit alone.
     assert_eq!(twice[1].retry_after(), Duration::from_micros(900_001));
+}
+
+#[tokio::test]
+async fn leases_pass_through_and_a_failed_store_never_grants_one() {
+    for policy in [
+        FailurePolicy::Allow,
+        FailurePolicy::Deny,
+        FailurePolicy::Local,
+    ] {
+        let clock = ManualClock::new();
+        let backend = Switchable::new(&clock);
+        let store = resilient(&backend, &clock, policy);
+        let rules = [rule("10/1s")];
+        let lease = store
+            .reserve_lease("k", &rules, 6, Duration::from_millis(500))
+            .await
+            .unwrap();
+        let id = lease.id().unwrap().to_owned();
+        assert_eq!(lease.decision().remaining(), 4);
+        backend.set(FAIL);
+        let refused = store
+            .reserve_lease("k", &rules, 1, Duration::from_millis(500))
+            .await;
+        assert!(
+            matches!(refused, Err(Error::Store(_))),
+            "{policy}: {refused:?}"
+        );
+        assert!(matches!(
+            store.commit(&id, None, 1).await,
+            Err(Error::Store(_))
+        ));
+        backend.set(OK);
+        clock.advance(Duration::from_millis(300));
+        let settled = store.commit(&id, Some("k"), 1).await.unwrap();
+        assert_eq!(settled.decision().remaining(), 9, "{policy}: given back");
+        assert_eq!(
+            store.release(&id, None).await.err(),
+            Some(Error::LeaseExpired),
+            "the store's own errors pass through"
+        );
+    }
 }

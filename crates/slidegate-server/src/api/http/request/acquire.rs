@@ -16,7 +16,7 @@ use crate::api::http::error::{ApiError, ErrorCode};
 use crate::api::http::json::JsonNode;
 use crate::bounds::RequestBounds;
 
-const ACQUIRE_FIELDS: [&str; 10] = [
+const ACQUIRE_FIELDS: [&str; 11] = [
     "key",
     "limit",
     "window_ms",
@@ -27,6 +27,7 @@ const ACQUIRE_FIELDS: [&str; 10] = [
     "report",
     "block_ms",
     "burst",
+    "lease_ms",
 ];
 const RULE_FIELDS: [&str; 6] = [
     "limit",
@@ -70,6 +71,7 @@ pub(super) fn parse_acquire_tree(
         report,
         block_ms,
         burst,
+        lease_ms,
     ] = pick(members, &ACQUIRE_FIELDS, "")?;
     let key = match key {
         Some(JsonNode::String(key)) => key,
@@ -130,12 +132,48 @@ pub(super) fn parse_acquire_tree(
             "a request that reports usage (\"report\": true) cannot wait: leave out \"max_wait_ms\"",
         ));
     }
+    let lease = parse_lease(lease_ms, bounds)?;
+    if lease.is_none()
+        && rules
+            .iter()
+            .any(|r| r.algorithm() == Algorithm::Concurrency)
+        && cost > 0
+    {
+        return Err(ApiError::new(
+            ErrorCode::MissingField,
+            "a concurrency rule holds places by leases: give \"lease_ms\" (or \"cost\": 0 to see what is held)",
+        ));
+    }
     Ok(AcquireRequest {
         key,
         rules,
         cost,
         max_wait,
+        lease,
     })
+}
+
+/// `lease_ms`: from 1 ms to `--max-adhoc-window` (the library then holds
+/// it to the shortest window of the request's rules).
+fn parse_lease(
+    lease_ms: Option<JsonNode>,
+    bounds: &RequestBounds,
+) -> Result<Option<Duration>, ApiError> {
+    let max = bounds.max_adhoc_window.min(slidegate::Rate::MAX_WINDOW);
+    match lease_ms {
+        None | Some(JsonNode::Null) => Ok(None),
+        Some(JsonNode::Unsigned(ms)) if ms >= 1 && u128::from(ms) <= max.as_millis() => {
+            Ok(Some(Duration::from_millis(ms)))
+        }
+        Some(other) => Err(ApiError::new(
+            ErrorCode::InvalidLease,
+            format!(
+                "\"lease_ms\" must be a whole number of milliseconds from 1 to {} (and at most the window), got {}",
+                max.as_millis(),
+                other.brief()
+            ),
+        )),
+    }
 }
 
 /// What a rule of `rules` takes from the request when it says nothing.

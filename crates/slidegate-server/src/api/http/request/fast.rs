@@ -31,6 +31,7 @@ pub(super) fn parse_acquire(body: &[u8], bounds: &RequestBounds) -> Option<Acqui
         rules: vec![rule],
         cost: fields.cost.unwrap_or(1),
         max_wait: std::time::Duration::ZERO,
+        lease: None,
     })
 }
 

@@ -182,6 +182,11 @@ pub(super) fn parse_rule(
     let window_ms = match window_ms {
         Some(JsonNode::Unsigned(ms)) if ms >= 1 && u128::from(ms) <= max_window.as_millis() => ms,
         Some(other) => return Err(window_error(&other.brief())),
+        // A concurrency rule's window only bounds its leases: the longest
+        // window allowed, unless the client names one.
+        None if algorithm == Algorithm::Concurrency => {
+            u64::try_from(max_window.as_millis()).unwrap_or(u64::MAX)
+        }
         None => return Err(missing("window_ms")),
     };
     let rate = Rate::new(limit, Duration::from_millis(window_ms)).map_err(|e| match e {

@@ -9,11 +9,13 @@
 mod acquire;
 mod fast;
 mod fields;
+mod lease;
 mod limit;
 mod parsed;
 mod peek;
 
 pub use acquire::parse_acquire;
+pub use lease::{CommitRequest, parse_commit, parse_release};
 pub use limit::parse_limit;
 pub use parsed::{AcquireRequest, MAX_RULES_PER_REQUEST, MAX_WAIT_MS, PeekRequest};
 pub use peek::parse_peek;

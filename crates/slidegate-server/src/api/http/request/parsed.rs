@@ -24,6 +24,10 @@ pub struct AcquireRequest {
     /// now (`max_wait_ms`, 0 by default: refused at once); at most
     /// [`MAX_WAIT_MS`].
     pub max_wait: Duration,
+    /// A lease rather than a decision (`lease_ms`): the cost is reserved
+    /// (or, under concurrency rules, places are held) for this long, until
+    /// committed or released. `None`: a plain decision.
+    pub lease: Option<Duration>,
 }
 
 /// The most `max_wait_ms` may ask: 5 s. A waiting request is answered

@@ -206,6 +206,37 @@ impl LogEntries for Inline<'_> {
     #[inline]
     fn cache_denial(&mut self, _asked: u64, _until: u64) {}
 
+    fn give_back(&mut self, at: u64, cost: u64) -> bool {
+        let (base, len) = (self.log.base(), self.len());
+        let Some(k) = self.log.entries[..len]
+            .iter()
+            .position(|&e| base + self.delta(e) == at)
+        else {
+            return false;
+        };
+        let held = self.cost(self.log.entries[k]);
+        if held < cost {
+            return false;
+        }
+        if held > cost {
+            self.log.entries[k] -= cost as u32;
+            return true;
+        }
+        self.log.entries.copy_within(k + 1..len, k);
+        self.log.entries[len - 1] = 0;
+        *self.len -= 1;
+        if k == 0 && len > 1 {
+            // Times are kept from the oldest entry: move the base to it.
+            let shift = self.delta(self.log.entries[0]);
+            self.log.set_base(base + shift);
+            let by = (shift as u32) << self.cost_bits;
+            for entry in &mut self.log.entries[..len - 1] {
+                *entry -= by;
+            }
+        }
+        true
+    }
+
     /// Only when [`fits`](Inline::fits).
     #[inline]
     fn push(&mut self, t: u64, cost: u64) {
@@ -274,6 +305,21 @@ mod tests {
                 "at {now}"
             );
         }
+    }
+
+    #[test]
+    fn an_inline_log_gives_back_in_place() {
+        let r = rate(10, 1_000);
+        let bits = inline_cost_bits(r).unwrap();
+        let (mut len, mut inline) =
+            InlineLog::from_admissions([(5, 2), (9, 3), (20, 1)].into_iter(), bits);
+        let mut log = Inline::new(&mut len, &mut inline, bits);
+        assert!(!log.give_back(9, 4));
+        assert!(log.give_back(9, 1));
+        assert!(log.give_back(5, 2), "the oldest goes: the base moves");
+        assert_eq!(log.oldest_at(), 9);
+        assert_eq!(log.usage(), 3);
+        assert!(inline.admissions(len, bits).eq([(9, 2), (20, 1)]));
     }
 
     #[test]

@@ -318,6 +318,58 @@ impl LogEntries for Spilled<'_> {
         self.log.ring[DENIED_UNTIL] = until;
     }
 
+    fn give_back(&mut self, at: u64, cost: u64) -> bool {
+        let len = self.log.len();
+        if len == 0 || at < self.log.base {
+            return false;
+        }
+        let time = |log: &SpilledLog, i: usize| log.base + (log.entry(i) >> 32);
+        let (mut lo, mut hi) = (0, len);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if time(self.log, mid) < at {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let k = lo;
+        if k == len || time(self.log, k) != at {
+            return false;
+        }
+        let before = match k {
+            0 => self.dropped_total(),
+            _ => self.log.entry(k - 1) as u32,
+        };
+        let held = u64::from((self.log.entry(k) as u32).wrapping_sub(before));
+        if held < cost {
+            return false;
+        }
+        self.log.ring[DENIED_COST] = 0;
+        let cost32 = cost as u32;
+        for i in k..len {
+            let entry = self.log.entry_mut(i);
+            *entry =
+                (*entry & !u64::from(u32::MAX)) | u64::from((*entry as u32).wrapping_sub(cost32));
+        }
+        *self.usage -= cost32;
+        if held == cost {
+            for i in k..len - 1 {
+                let next = self.log.entry(i + 1);
+                *self.log.entry_mut(i) = next;
+            }
+            let head = self.log.head();
+            self.log.set_head_len(head, len - 1);
+            if len - 1 == 0 {
+                self.log.set_head_len(0, 0);
+            } else {
+                self.log.oldest = (self.log.entry(0) >> 32) as u32;
+                self.log.newest = (self.log.entry(len - 2) >> 32) as u32;
+            }
+        }
+        true
+    }
+
     /// Only when the ring has room ([`SpilledLog::growth`] is 0).
     #[inline]
     fn push(&mut self, t: u64, cost: u64) {
@@ -393,6 +445,28 @@ mod tests {
         }
         assert_eq!(ring.key_bytes(), 7);
         assert!(ring.capacity() <= 50, "never more than the limit");
+    }
+
+    #[test]
+    fn a_ring_gives_back_in_place() {
+        let (mut usage, mut ring) =
+            SpilledLog::from_admissions([(100, 3), (200, 4), (300, 3), (400, 1)].into_iter(), 0, 8);
+        let mut log = Spilled::new(&mut usage, &mut ring);
+        assert!(!log.give_back(250, 1));
+        assert!(!log.give_back(200, 5));
+        assert!(log.give_back(200, 4), "the entry goes");
+        assert!(log.give_back(400, 1), "the newest goes");
+        assert!(log.give_back(100, 2));
+        assert_eq!(
+            (log.oldest_at(), log.newest_at(), log.usage()),
+            (100, 300, 4)
+        );
+        assert!(ring.admissions(usage).eq([(100, 1), (300, 3)]));
+        let mut log = Spilled::new(&mut usage, &mut ring);
+        assert!(log.give_back(100, 1));
+        assert!(log.give_back(300, 3));
+        assert!(log.is_empty());
+        assert_eq!(ring.len(), 0);
     }
 
     #[test]

@@ -1,0 +1,124 @@
+//! Leases on Redis (one node and a cluster): the scenarios the memory
+//! store passes (`tests/leases.rs`), on real redis-server processes, with
+//! the caller's clock so that the tests move time.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::leases as scenario;
+use common::redis_server::{RedisCluster, RedisServer};
+use slidegate::clock::ManualClock;
+use slidegate::{Error, RedisStore, Rule, Store};
+
+async fn store_on(url: String, clock: &ManualClock, max_leases: usize) -> RedisStore {
+    RedisStore::builder(url)
+        .timeout(Duration::from_secs(2))
+        .client_clock(clock.clone())
+        .max_leases(max_leases)
+        .build()
+        .await
+        .expect("the Redis store connects")
+}
+
+async fn node(server: &RedisServer) -> (RedisStore, ManualClock) {
+    let clock = ManualClock::at(1_000_000);
+    let store = store_on(server.url(), &clock, slidegate::store::DEFAULT_MAX_LEASES).await;
+    (store, clock)
+}
+
+async fn cluster(cluster: &RedisCluster) -> (RedisStore, ManualClock) {
+    let clock = ManualClock::at(1_000_000);
+    let store = store_on(cluster.url(), &clock, slidegate::store::DEFAULT_MAX_LEASES).await;
+    (store, clock)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_reservations_of_a_thousand_on_five_thousand_give_five_leases() {
+    let server = RedisServer::start();
+    let (store, _clock) = node(&server).await;
+    scenario::ten_reservations_on_five_thousand(Arc::new(store), "team:7").await;
+}
+
+#[tokio::test]
+async fn a_commit_above_the_reservation_goes_over_the_limit() {
+    let server = RedisServer::start();
+    let (store, _clock) = node(&server).await;
+    scenario::a_commit_above_the_reservation_goes_over_the_limit(&store, "k").await;
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_charged_in_full_and_refused_after() {
+    let server = RedisServer::start();
+    let (store, clock) = node(&server).await;
+    scenario::an_expired_lease_is_charged_in_full(&store, &clock, "k").await;
+}
+
+#[tokio::test]
+async fn unknown_ids_and_ids_of_other_keys_are_not_found_alike() {
+    let server = RedisServer::start();
+    let (store, _clock) = node(&server).await;
+    scenario::unknown_ids_and_other_keys_are_not_found(&store, "k", "other").await;
+}
+
+#[tokio::test]
+async fn open_leases_are_bounded_and_expired_ones_stop_counting() {
+    let server = RedisServer::start();
+    let clock = ManualClock::at(1_000_000);
+    let store = store_on(server.url(), &clock, 5).await;
+    scenario::open_leases_are_bounded(&store, &clock, 5, "k").await;
+}
+
+#[tokio::test]
+async fn places_are_held_until_released_or_their_time_runs_out() {
+    let server = RedisServer::start();
+    let (store, clock) = node(&server).await;
+    scenario::places_are_held_released_and_expire(&store, &clock, "exports:7").await;
+}
+
+#[tokio::test]
+async fn a_lease_of_places_takes_one_place() {
+    let server = RedisServer::start();
+    let (store, _clock) = node(&server).await;
+    let places = Rule::concurrency(3).unwrap();
+    let asked = store
+        .reserve_lease("k", &[places], 2, Duration::from_secs(1))
+        .await;
+    assert!(matches!(asked, Err(Error::InvalidLease(_))), "{asked:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_leases_settle_in_the_slot_of_their_key() {
+    let nodes = RedisCluster::start();
+    let (store, clock) = cluster(&nodes).await;
+    assert!(store.is_cluster());
+    // Keys of different slots, each with its record in its own slot.
+    for key in ["team:7", "team:8", "{user}:9"] {
+        scenario::ten_reservations_on_five_thousand(Arc::new(store.clone()), key).await;
+    }
+    scenario::an_expired_lease_is_charged_in_full(&store, &clock, "a").await;
+    scenario::unknown_ids_and_other_keys_are_not_found(&store, "b", "c").await;
+    scenario::places_are_held_released_and_expire(&store, &clock, "exports:7").await;
+}
+
+#[tokio::test]
+async fn a_lease_on_a_gcra_rule_with_a_burst_is_refused_not_misjudged() {
+    let server = RedisServer::start();
+    let (store, _clock) = node(&server).await;
+    let rule = Rule::parse("10/1s burst 50").expect("a rule");
+    let refused = store
+        .reserve_lease("k", &[rule], 5, Duration::from_millis(500))
+        .await;
+    assert!(
+        matches!(refused, Err(Error::InvalidLease(_))),
+        "{refused:?}"
+    );
+    // The same rule without its burst is leased as usual.
+    let plain = Rule::parse("10/1s gcra").expect("a rule");
+    let lease = store
+        .reserve_lease("k", &[plain], 5, Duration::from_millis(500))
+        .await
+        .expect("a lease");
+    assert!(lease.id().is_some());
+}
