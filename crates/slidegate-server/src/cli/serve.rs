@@ -8,6 +8,8 @@ use slidegate::Rate;
 use super::store::StoreArgs;
 use super::values::{ShownDuration, adhoc_window, any_duration, at_least_one, positive_duration};
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
+use crate::api::forward_auth::trusted::parse_network;
 use crate::api::http::waiting::DEFAULT_MAX_WAITING;
 use crate::bounds::RequestBounds;
 use crate::commands::serve::{self, ServeLimits, ServeOptions};
@@ -116,6 +118,20 @@ pub struct ServeArgs {
     )]
     pub max_waiting: usize,
 
+    /// Proxies whose `X-Forwarded-For`, `X-Real-IP` and `Forwarded`
+    /// headers `/v1/forward-auth/{domain}` believes, as addresses or CIDR
+    /// networks (`10.0.0.0/8,127.0.0.1`). The client is then the rightmost
+    /// `X-Forwarded-For` address not in these networks. Without it no
+    /// forwarding header is read: every client is the proxy's address.
+    #[arg(
+        long,
+        value_name = "CIDR,...",
+        env = "SLIDEGATE_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        value_parser = |s: &str| parse_network(s).map_err(|e| e.to_string())
+    )]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+
     /// How much one request may ask.
     #[command(flatten)]
     pub bounds: BoundsArgs,
@@ -172,6 +188,7 @@ impl From<ServeArgs> for ServeOptions {
             admin_token_file: args.admin_token_file,
             response_headers: args.response_headers.into(),
             max_waiting: args.max_waiting,
+            trusted_proxies: TrustedProxies::new(args.trusted_proxies),
             bounds: (&args.bounds).into(),
             store: args.store.into(),
             limits: args.connections.limits(),

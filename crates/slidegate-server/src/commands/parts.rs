@@ -8,6 +8,7 @@ use std::sync::Arc;
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
 use crate::api::grpc::RateLimitGrpc;
 use crate::api::http::AppState;
 use crate::api::http::waiting::Waiting;
@@ -25,6 +26,7 @@ pub struct Parts<S> {
     admin_token: Option<String>,
     metrics: Option<PrometheusHandle>,
     waiting: Waiting,
+    trusted_proxies: TrustedProxies,
 }
 
 impl<S> Parts<S> {
@@ -42,7 +44,15 @@ impl<S> Parts<S> {
             admin_token: None,
             metrics: None,
             waiting: Waiting::default(),
+            trusted_proxies: TrustedProxies::default(),
         }
+    }
+
+    /// Believes the forwarding headers of forward-auth requests from these
+    /// proxies.
+    pub fn with_trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted_proxies = trusted;
+        self
     }
 
     /// Decides Envoy checks against `config` (swapped in place on reload).
@@ -102,7 +112,8 @@ impl<S> Parts<S> {
             .with_admin_token(self.admin_token.clone())
             .with_bounds(self.bounds)
             .with_response_headers(self.response_headers)
-            .with_waiting(self.waiting.clone());
+            .with_waiting(self.waiting.clone())
+            .with_trusted_proxies(self.trusted_proxies.clone());
         match &self.metrics {
             Some(handle) => state.with_metrics(handle.clone()),
             None => state,

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use super::parts::Parts;
 use crate::api;
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
 use crate::bounds::RequestBounds;
 use crate::net::grpc;
 use crate::net::http1::{self, DEFAULT_SHUTDOWN_GRACE};
@@ -54,6 +55,8 @@ pub struct ServeOptions {
     pub response_headers: ResponseHeaders,
     /// The most requests waiting for their turn at once.
     pub max_waiting: usize,
+    /// The proxies whose forwarding headers forward-auth believes.
+    pub trusted_proxies: TrustedProxies,
     /// How much one request may ask.
     pub bounds: RequestBounds,
     /// The store.
@@ -117,6 +120,7 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
         .with_bounds(args.bounds)
         .with_response_headers(args.response_headers)
         .with_max_waiting(args.max_waiting)
+        .with_trusted_proxies(args.trusted_proxies.clone())
         .with_metrics(metrics);
     parts
         .telemetry()

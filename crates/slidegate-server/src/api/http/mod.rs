@@ -5,6 +5,7 @@
 //! | `POST /v1/acquire` | 200 allowed, 429 denied; decision as JSON, `RateLimit-Policy`, `RateLimit`, and `Retry-After` on 429 |
 //! | `GET /v1/keys/{key}?limit=..&window_ms=..[&algorithm=..]` | 200; the key's state under that rule, consuming nothing; with `--admin-token`, only for a request carrying it |
 //! | `POST /v1/check` (alias `POST /json`) | Envoy's `RateLimitRequest` in proto3 JSON, decided against the `--config` rules; 200 OK, 429 OVER_LIMIT, body `RateLimitResponse` |
+//! | `/v1/forward-auth/{domain}` (any method) | a reverse proxy's check of the request it forwards: 200 allowed, 429 (or `?deny_status=403`) denied, with `RateLimit-Policy`, `RateLimit` and `Retry-After` |
 //! | `DELETE /v1/keys/{key}` | forgets the key under every rule; only with `--admin-token`, sent as `Authorization: Bearer` (401 without, 403 when wrong or disabled) |
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 when the store can decide, 503 otherwise |
@@ -33,7 +34,7 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use http::StatusCode;
 use slidegate::Store;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -47,6 +48,7 @@ mod body;
 mod check;
 pub mod decision_json;
 mod error;
+pub mod forward_auth;
 pub mod headers;
 mod json;
 mod layer;
@@ -73,6 +75,10 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/v1/acquire", post(acquire::acquire::<S>))
         .route("/v1/check", post(check::check::<S>))
         .route("/json", post(check::check::<S>))
+        .route(
+            "/v1/forward-auth/{domain}",
+            any(forward_auth::forward_auth::<S>),
+        )
         .route(
             "/v1/keys/{key}",
             get(acquire::peek::<S>).delete(admin::reset::<S>),

@@ -6,6 +6,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::waiting::Waiting;
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
 use crate::telemetry::Telemetry;
@@ -19,6 +20,7 @@ pub struct AppState<S> {
     pub(super) bounds: RequestBounds,
     pub(super) response_headers: ResponseHeaders,
     pub(super) waiting: Waiting,
+    pub(super) trusted_proxies: Arc<TrustedProxies>,
 }
 
 impl<S> AppState<S> {
@@ -34,7 +36,15 @@ impl<S> AppState<S> {
             bounds: RequestBounds::default(),
             response_headers: ResponseHeaders::Off,
             waiting: Waiting::default(),
+            trusted_proxies: Arc::default(),
         }
+    }
+
+    /// Forward-auth requests from these proxies are read for the client's
+    /// address (`X-Forwarded-For`, `X-Real-IP`, `Forwarded`).
+    pub fn with_trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted_proxies = Arc::new(trusted);
+        self
     }
 
     /// Requests that wait for their turn (`max_wait_ms`) count in
@@ -81,6 +91,7 @@ impl<S> Clone for AppState<S> {
             bounds: self.bounds,
             response_headers: self.response_headers,
             waiting: self.waiting.clone(),
+            trusted_proxies: Arc::clone(&self.trusted_proxies),
         }
     }
 }
