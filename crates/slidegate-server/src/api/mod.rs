@@ -5,3 +5,4 @@ pub mod envoy;
 pub mod forward_auth;
 pub mod grpc;
 pub mod http;
+pub mod resp;

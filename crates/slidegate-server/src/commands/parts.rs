@@ -1,7 +1,7 @@
 //! What `slidegate serve` is made of, put together once: the limiter (the
 //! store, the rules in force, the telemetry its decisions are reported
-//! to) and the options of the fronts. Both fronts are built from these
-//! parts; neither reads anything out of the other.
+//! to) and the options of the fronts. Every front (HTTP, gRPC, RESP) is
+//! built from these parts; none reads anything out of another.
 
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use crate::api::forward_auth::TrustedProxies;
 use crate::api::grpc::RateLimitGrpc;
 use crate::api::http::AppState;
 use crate::api::http::waiting::Waiting;
+use crate::api::resp::{FrameLimits, RespState};
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
 use crate::rules::CurrentConfig;
@@ -27,6 +28,7 @@ pub struct Parts<S> {
     metrics: Option<PrometheusHandle>,
     waiting: Waiting,
     trusted_proxies: TrustedProxies,
+    resp_frame: FrameLimits,
 }
 
 impl<S> Parts<S> {
@@ -45,6 +47,7 @@ impl<S> Parts<S> {
             metrics: None,
             waiting: Waiting::default(),
             trusted_proxies: TrustedProxies::default(),
+            resp_frame: FrameLimits::default(),
         }
     }
 
@@ -85,6 +88,13 @@ impl<S> Parts<S> {
         self
     }
 
+    /// The RESP port closes a connection that sends a command beyond
+    /// `frame`.
+    pub fn with_resp_frame_limits(mut self, frame: FrameLimits) -> Self {
+        self.resp_frame = frame;
+        self
+    }
+
     /// Serves `GET /metrics` from this recorder.
     pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
         self.metrics = Some(handle);
@@ -118,6 +128,14 @@ impl<S> Parts<S> {
             Some(handle) => state.with_metrics(handle.clone()),
             None => state,
         }
+    }
+
+    /// The RESP port's state.
+    pub fn resp(&self) -> RespState<S> {
+        RespState::new(self.limiter.clone())
+            .with_bounds(self.bounds)
+            .with_frame_limits(self.resp_frame)
+            .with_admin_token(self.admin_token.clone())
     }
 
     /// The gRPC rate limit service.

@@ -121,7 +121,7 @@ impl ConnectionClock {
     }
 
     fn bytes_read(&self) {
-        if self.protocol != Protocol::Http1 {
+        if self.protocol == Protocol::Grpc {
             return;
         }
         let header_timeout = self.limits.header_timeout;
@@ -148,7 +148,7 @@ impl ConnectionClock {
         let phase = match state.phase {
             Phase::Head { until } => Some(until),
             Phase::Busy { .. } => None,
-            Phase::Idle { until } if self.protocol == Protocol::Http1 => until,
+            Phase::Idle { until } if self.protocol != Protocol::Grpc => until,
             Phase::Idle { .. } => None,
         }
         .map(|at| (at, state.phase.name()));
