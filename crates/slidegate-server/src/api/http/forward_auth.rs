@@ -26,9 +26,10 @@ use crate::limiter::check::{CheckError, Code};
 /// The statuses `deny_status` may ask for.
 const DENY_STATUSES: [u16; 3] = [401, 403, 429];
 
-/// The query string of a forward-auth call.
+/// The query string of a forward-auth call. Other parameters are
+/// ignored: a proxy may pass its client's own query along (Caddy's
+/// `forward_auth` does).
 #[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ForwardAuthQuery {
     /// The status of a denial: 429 (the default), 403 or 401.
     #[serde(default)]
