@@ -312,10 +312,12 @@ pub async fn serve_listeners<S: Store + 'static>(
             resp_stop,
             move |conn, stop| {
                 let clock = conn.clock();
+                let begun = conn.clock();
                 api::resp::serve_connection(
                     conn,
                     state.clone(),
                     move || clock.request_started(),
+                    move || begun.request_begun(),
                     stop,
                 )
             },

@@ -124,6 +124,13 @@ impl ConnectionClock {
         if self.protocol == Protocol::Grpc {
             return;
         }
+        self.request_begun();
+    }
+
+    /// Part of a request is buffered, not yet whole (a RESP command
+    /// whose start came with the end of the one before): an idle
+    /// connection waits for the rest within the header timeout, from now.
+    pub fn request_begun(&self) {
         let header_timeout = self.limits.header_timeout;
         self.with_state(|state| {
             if let Phase::Idle { .. } = state.phase {

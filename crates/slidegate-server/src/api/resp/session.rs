@@ -24,11 +24,13 @@ const READ_CHUNK: usize = 16 * 1024;
 /// Serves the connection `io` until the client closes it, sends `QUIT`, a
 /// protocol error, or `stop` completes while no command is in flight.
 /// `busy` is called when commands arrive; what it returns is dropped once
-/// their replies are written.
+/// their replies are written; `begun` is called after that when part of
+/// the next command is already buffered (its deadline starts).
 pub async fn serve_connection<S, IO, G>(
     mut io: IO,
     state: RespState<S>,
     busy: impl Fn() -> G,
+    begun: impl Fn(),
     stop: impl Future<Output = ()>,
 ) where
     S: Store,
@@ -75,7 +77,9 @@ pub async fn serve_connection<S, IO, G>(
             }
             replies.clear();
         }
-        drop(guard);
+        if guard.take().is_some() && !buf.is_empty() {
+            begun();
+        }
         if flow == Flow::Close {
             let _ = io.shutdown().await;
             return;
