@@ -31,9 +31,11 @@ descriptors:
 
 /// A server deciding `edge` with `RULES`, trusting 127.0.0.1 as a proxy.
 async fn server() -> TestServer {
-    let config =
-        RateLimitConfig::from_sources(&[("edge.yaml".into(), RULES.into())], LoadOptions::default())
-            .expect("the rules load");
+    let config = RateLimitConfig::from_sources(
+        &[("edge.yaml".into(), RULES.into())],
+        LoadOptions::default(),
+    )
+    .expect("the rules load");
     let parts = Parts::new(MemoryStore::new())
         .with_config(CurrentConfig::new(config))
         .with_trusted_proxies("127.0.0.1".parse::<TrustedProxies>().unwrap());
@@ -105,10 +107,22 @@ async fn deny_status_403_carries_the_same_fields() {
     let server = server().await;
     let headers = [("x-real-ip", "192.0.2.9"), ("x-original-uri", "/b")];
     for _ in 0..3 {
-        let ok = ask(&server, "127.0.0.1", "/v1/forward-auth/edge?deny_status=403", &headers).await;
+        let ok = ask(
+            &server,
+            "127.0.0.1",
+            "/v1/forward-auth/edge?deny_status=403",
+            &headers,
+        )
+        .await;
         assert_eq!(ok.status, StatusCode::OK);
     }
-    let denied = ask(&server, "127.0.0.1", "/v1/forward-auth/edge?deny_status=403", &headers).await;
+    let denied = ask(
+        &server,
+        "127.0.0.1",
+        "/v1/forward-auth/edge?deny_status=403",
+        &headers,
+    )
+    .await;
     assert_eq!(denied.status, StatusCode::FORBIDDEN, "{denied:?}");
     assert!(denied.header("retry-after").is_some(), "{denied:?}");
     assert!(denied.header("ratelimit").is_some(), "{denied:?}");
@@ -136,7 +150,11 @@ async fn a_mapped_header_feeds_its_own_descriptor() {
         &server,
         "127.0.0.1",
         "/v1/forward-auth/edge",
-        &[("x-forwarded-for", "192.0.2.23"), ("x-forwarded-uri", "/"), ("x-api-key", "key-1")],
+        &[
+            ("x-forwarded-for", "192.0.2.23"),
+            ("x-forwarded-uri", "/"),
+            ("x-api-key", "key-1"),
+        ],
     )
     .await;
     assert_eq!(
@@ -159,7 +177,10 @@ async fn every_method_is_accepted() {
             Vec::new(),
         )
         .await;
-        assert!(reply.status.is_success() || reply.status == StatusCode::TOO_MANY_REQUESTS, "{method}: {reply:?}");
+        assert!(
+            reply.status.is_success() || reply.status == StatusCode::TOO_MANY_REQUESTS,
+            "{method}: {reply:?}"
+        );
     }
 }
 
@@ -169,8 +190,14 @@ async fn bad_forwarded_requests_are_400_with_a_json_error_never_5xx() {
     let long = "1".repeat(20_000);
     let many: Vec<String> = (0..90).map(|i| format!("10.{i}.0.1")).collect();
     let many = many.join(",");
-    let cases: Vec<(&str, Vec<(&str, &str)>, &str)> = vec![
-        ("/v1/forward-auth/edge", vec![("x-real-ip", "192.0.2.1")], "missing_field"),
+    // (path, headers, the error code expected)
+    type Case<'a> = (&'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "/v1/forward-auth/edge",
+            vec![("x-real-ip", "192.0.2.1")],
+            "missing_field",
+        ),
         (
             "/v1/forward-auth/edge",
             vec![("x-forwarded-for", "not-an-ip"), ("x-forwarded-uri", "/")],
@@ -186,11 +213,18 @@ async fn bad_forwarded_requests_are_400_with_a_json_error_never_5xx() {
             vec![("x-forwarded-uri", "/")],
             "invalid_request",
         ),
-        ("/v1/forward-auth/nowhere", vec![("x-forwarded-uri", "/")], "not_found"),
+        (
+            "/v1/forward-auth/nowhere",
+            vec![("x-forwarded-uri", "/")],
+            "not_found",
+        ),
     ];
     for (path, headers, code) in cases {
         let reply = ask(&server, "127.0.0.1", path, &headers).await;
-        assert!(reply.status.is_client_error(), "{path} {headers:?}: {reply:?}");
+        assert!(
+            reply.status.is_client_error(),
+            "{path} {headers:?}: {reply:?}"
+        );
         assert_eq!(reply.error_code(), code, "{path}");
     }
     // The client's own query, passed along by the proxy, is ignored.

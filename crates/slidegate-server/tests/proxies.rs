@@ -55,7 +55,11 @@ fn recipe(heading: &str) -> String {
         .1;
     let block = after.split_once("```").expect("a fenced block").1;
     let block = block.split_once('\n').expect("a fence line").1;
-    block.split_once("```").expect("the block's end").0.to_owned()
+    block
+        .split_once("```")
+        .expect("the block's end")
+        .0
+        .to_owned()
 }
 
 /// The proxy's binary, or `None` (skipped) when it is missing outside CI.
@@ -88,7 +92,10 @@ impl Drop for Proxy {
 fn wait_port(port: u16, what: &str) {
     let start = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(start.elapsed() < Duration::from_secs(20), "{what} never listened on {port}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "{what} never listened on {port}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -102,7 +109,9 @@ async fn upstream() -> (SocketAddr, Arc<AtomicUsize>) {
     let counter = Arc::clone(&hits);
     tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             let counter = Arc::clone(&counter);
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |_request| {
@@ -155,7 +164,11 @@ async fn check_limits(ports: &[u16], app_hits: &AtomicUsize) {
             let port = ports[sent % ports.len()];
             sent += 1;
             let reply = get(ip(client), port, &[]).await;
-            assert_eq!(reply.status, StatusCode::OK, "{client} #{n} via {port}: {reply:?}");
+            assert_eq!(
+                reply.status,
+                StatusCode::OK,
+                "{client} #{n} via {port}: {reply:?}"
+            );
             assert_eq!(&reply.body[..], b"app\n");
         }
         let port = ports[sent % ports.len()];
@@ -174,7 +187,11 @@ async fn check_limits(ports: &[u16], app_hits: &AtomicUsize) {
         assert!((1..=60).contains(&retry), "{retry}");
         assert!(denied.header("ratelimit").is_some(), "{denied:?}");
     }
-    assert_eq!(app_hits.load(Ordering::SeqCst), 2 * LIMIT, "the app saw exactly the limits");
+    assert_eq!(
+        app_hits.load(Ordering::SeqCst),
+        2 * LIMIT,
+        "the app saw exactly the limits"
+    );
     // A client that forwards addresses of its own: a new one each time.
     let spoofer = ip("127.0.0.4");
     for n in 0..=LIMIT {
@@ -197,7 +214,15 @@ async fn check_limits(ports: &[u16], app_hits: &AtomicUsize) {
 
 async fn get(from: IpAddr, port: u16, headers: &[(&str, &str)]) -> Reply {
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    request_from(Some(from), addr, Method::GET, "/hello?x=1", headers, Vec::new()).await
+    request_from(
+        Some(from),
+        addr,
+        Method::GET,
+        "/hello?x=1",
+        headers,
+        Vec::new(),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -207,8 +232,11 @@ async fn nginx_auth_request_recipe_holds_the_limit_across_three_instances() {
     };
     let dir = tempfile::tempdir().unwrap();
     // NGINX's workers may run as another user: they write its temp files.
-    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777))
-        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let (_redis, servers) = servers(dir.path());
     let (app, hits) = upstream().await;
     let mut proxies = Vec::new();
@@ -231,7 +259,12 @@ async fn nginx_auth_request_recipe_holds_the_limit_across_three_instances() {
         let conf_path = root.join("nginx.conf");
         std::fs::write(&conf_path, conf).unwrap();
         let child = Command::new(&nginx)
-            .args(["-p", root.to_str().unwrap(), "-e", &format!("{d}/error.log")])
+            .args([
+                "-p",
+                root.to_str().unwrap(),
+                "-e",
+                &format!("{d}/error.log"),
+            ])
             .args(["-c", conf_path.to_str().unwrap(), "-g", "daemon off;"])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())

@@ -78,7 +78,9 @@ fn start(store: &[&str], extra: &[&str]) -> Slidegate {
 fn clients_dir() -> PathBuf {
     std::env::var_os("SLIDEGATE_TEST_CLIENTS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients"))
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/test-clients")
+        })
 }
 
 /// `path` when it exists; otherwise `None` (the test is skipped), or a
@@ -92,7 +94,10 @@ fn tool(path: PathBuf, what: &str) -> Option<PathBuf> {
         "{what} is missing at {}: scripts/test.sh installs it",
         path.display()
     );
-    eprintln!("skipped: {what} is not installed ({}); run scripts/test.sh", path.display());
+    eprintln!(
+        "skipped: {what} is not installed ({}); run scripts/test.sh",
+        path.display()
+    );
     None
 }
 
@@ -103,7 +108,11 @@ fn check_limit_replies(out: &serde_json::Value) {
     for (n, reply) in sg.iter().take(3).enumerate() {
         let remaining = 2 - n as i64;
         assert_eq!(reply[0], 1, "#{n}: {out}");
-        assert_eq!((reply[1].as_i64(), reply[2].as_i64()), (Some(3), Some(remaining)), "#{n}: {out}");
+        assert_eq!(
+            (reply[1].as_i64(), reply[2].as_i64()),
+            (Some(3), Some(remaining)),
+            "#{n}: {out}"
+        );
         assert_eq!(reply[3], 0, "allowed: retry_after_ms 0: {out}");
     }
     let denied = &sg[3];
@@ -118,7 +127,12 @@ fn check_limit_replies(out: &serde_json::Value) {
     for (n, reply) in cl.iter().take(3).enumerate() {
         let remaining = 2 - n as i64;
         assert_eq!(
-            reply.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect::<Vec<_>>(),
+            reply
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap())
+                .collect::<Vec<_>>(),
             [0, 3, remaining, -1, 20 * (n as i64 + 1)],
             "#{n}: {out}"
         );
@@ -126,7 +140,12 @@ fn check_limit_replies(out: &serde_json::Value) {
     // 3 per 60 s, a burst of 3: the next comes one interval (20 s) after
     // the 3rd, and the bucket is full again 60 s on.
     assert_eq!(
-        cl[3].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect::<Vec<_>>(),
+        cl[3]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap())
+            .collect::<Vec<_>>(),
         [1, 3, 0, 20, 60],
         "{out}"
     );
@@ -153,7 +172,10 @@ fn redis_py(servers: &Servers) {
     };
     let mut command = Command::new(python);
     command
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/limit.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/limit.py"
+        ))
         .args([&servers.ports_arg(), "py"]);
     let out = run_json(command);
     check_limit_replies(&out);
@@ -168,7 +190,10 @@ fn ioredis(servers: &Servers) {
     let mut command = Command::new("node");
     command
         .env("NODE_PATH", dir.join("node_modules"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/limit.js"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/limit.js"
+        ))
         .args([&servers.ports_arg(), "js"]);
     let out = run_json(command);
     check_limit_replies(&out);
@@ -191,8 +216,12 @@ fn redis_cli(servers: &Servers) {
             .collect();
         serde_json::json!(numbers)
     };
-    let sg: Vec<_> = (0..4).map(|n| cli(n, &["SG.ACQUIRE", "cli:sg", "3", "60000"])).collect();
-    let cl: Vec<_> = (0..4).map(|n| cli(n, &["CL.THROTTLE", "cli:cl", "2", "3", "60"])).collect();
+    let sg: Vec<_> = (0..4)
+        .map(|n| cli(n, &["SG.ACQUIRE", "cli:sg", "3", "60000"]))
+        .collect();
+    let cl: Vec<_> = (0..4)
+        .map(|n| cli(n, &["CL.THROTTLE", "cli:cl", "2", "3", "60"]))
+        .collect();
     let unknown = Command::new("redis-cli")
         .args(["-p", &ports[0].to_string(), "NO.SUCH.COMMAND"])
         .output()
@@ -241,11 +270,22 @@ fn redis_cli_pipe_sends_a_whole_pipeline() {
     assert!(output.status.success(), "{text}");
     assert!(text.contains("errors: 0, replies: 1000"), "{text}");
     let peek = Command::new("redis-cli")
-        .args(["-p", &servers.ports()[0].to_string(), "SG.PEEK", "pipe", "600", "60000"])
+        .args([
+            "-p",
+            &servers.ports()[0].to_string(),
+            "SG.PEEK",
+            "pipe",
+            "600",
+            "60000",
+        ])
         .output()
         .unwrap();
     let numbers: Vec<&str> = std::str::from_utf8(&peek.stdout).unwrap().lines().collect();
-    assert_eq!(&numbers[..3], ["0", "600", "0"], "600 admitted of 1000, none left");
+    assert_eq!(
+        &numbers[..3],
+        ["0", "600", "0"],
+        "600 admitted of 1000, none left"
+    );
 }
 
 /// Writes `bytes` and reads until `expected` bytes came or the server
@@ -260,7 +300,10 @@ async fn exchange(stream: &mut TcpStream, bytes: &[u8], expected: usize) -> (Vec
         match tokio::time::timeout(left, stream.read(&mut chunk)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return (got, true),
             Ok(Ok(n)) => got.extend_from_slice(&chunk[..n]),
-            Err(_) => panic!("no reply in time; so far {:?}", String::from_utf8_lossy(&got)),
+            Err(_) => panic!(
+                "no reply in time; so far {:?}",
+                String::from_utf8_lossy(&got)
+            ),
         }
     }
     (got, false)
@@ -281,7 +324,12 @@ async fn read_until(stream: &mut TcpStream, suffix: &[u8]) -> Vec<u8> {
     while !got.ends_with(suffix) {
         let (more, closed) = exchange(stream, b"", 1).await;
         got.extend(more);
-        assert!(!closed, "closed before {:?}: {:?}", String::from_utf8_lossy(suffix), String::from_utf8_lossy(&got));
+        assert!(
+            !closed,
+            "closed before {:?}: {:?}",
+            String::from_utf8_lossy(suffix),
+            String::from_utf8_lossy(&got)
+        );
     }
     got
 }
@@ -296,14 +344,19 @@ async fn a_pipeline_is_answered_in_order_and_an_unknown_command_keeps_the_connec
         FOO bar\r\n\
         *2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n";
     stream.write_all(pipeline).await.unwrap();
-    let expected_end = b"-ERR unknown command 'FOO', with args beginning with: 'bar' \r\n$2\r\nhi\r\n";
+    let expected_end =
+        b"-ERR unknown command 'FOO', with args beginning with: 'bar' \r\n$2\r\nhi\r\n";
     let got = read_until(&mut stream, expected_end).await;
     let text = String::from_utf8_lossy(&got).into_owned();
     let lines: Vec<&str> = text.split("\r\n").collect();
     let number = |i: usize| -> u64 { lines[i].trim_start_matches(':').parse().unwrap() };
     // PING; the first acquire allowed (1 of 1, none left); the second
     // denied with a retry just under the window; the error; ECHO.
-    assert_eq!(&lines[..6], ["+PONG", "*5", ":1", ":1", ":0", ":0"], "{text:?}");
+    assert_eq!(
+        &lines[..6],
+        ["+PONG", "*5", ":1", ":1", ":0", ":0"],
+        "{text:?}"
+    );
     assert!((59_999..=60_001).contains(&number(6)), "{text:?}");
     assert_eq!(&lines[7..11], ["*5", ":0", ":1", ":0"], "{text:?}");
     assert!((59_000..=60_000).contains(&number(11)), "{text:?}");
@@ -335,9 +388,16 @@ async fn what_is_not_resp_or_beyond_the_bounds_closes_only_that_connection() {
             "{what}: {:?}",
             String::from_utf8_lossy(&got)
         );
-        assert!(closed(&mut stream).await, "{what}: the connection is closed");
+        assert!(
+            closed(&mut stream).await,
+            "{what}: the connection is closed"
+        );
         let (pong, was_closed) = exchange(&mut bystander, b"PING\r\n", 7).await;
-        assert_eq!((pong.as_slice(), was_closed), (&b"+PONG\r\n"[..], false), "{what}");
+        assert_eq!(
+            (pong.as_slice(), was_closed),
+            (&b"+PONG\r\n"[..], false),
+            "{what}"
+        );
     }
 }
 
@@ -351,8 +411,15 @@ async fn a_partial_command_is_closed_at_the_header_timeout_an_idle_one_is_not() 
     let (pong, _) = exchange(&mut partial, b"PING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nh", 7).await;
     assert_eq!(pong, b"+PONG\r\n");
     let started = Instant::now();
-    assert!(closed(&mut partial).await, "the partial command's connection closes");
-    assert!(started.elapsed() >= Duration::from_millis(900), "{:?}", started.elapsed());
+    assert!(
+        closed(&mut partial).await,
+        "the partial command's connection closes"
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
     // The idle one (nothing begun) outlives the header timeout.
     let (pong, was_closed) = exchange(&mut idle, b"PING\r\n", 7).await;
     assert_eq!((pong.as_slice(), was_closed), (&b"+PONG\r\n"[..], false));
@@ -380,7 +447,10 @@ async fn sg_reset_needs_the_admin_token() {
     let (got, _) = exchange(&mut stream, reset, 5).await;
     assert_eq!(got, b"+OK\r\n");
     let (got, _) = exchange(&mut stream, acquire, 10).await;
-    assert!(got.starts_with(b"*5\r\n:1\r\n"), "the key was forgotten: {got:?}");
+    assert!(
+        got.starts_with(b"*5\r\n:1\r\n"),
+        "the key was forgotten: {got:?}"
+    );
 }
 
 #[tokio::test]
@@ -391,7 +461,10 @@ async fn hello_3_speaks_resp3() {
     assert_eq!(got, b"$-1\r\n");
     stream.write_all(b"HELLO 2 SETNAME app\r\n").await.unwrap();
     let hello = read_until(&mut stream, b"$7\r\nmodules\r\n*0\r\n").await;
-    assert!(hello.starts_with(b"*14\r\n"), "RESP2 writes the map flat: {hello:?}");
+    assert!(
+        hello.starts_with(b"*14\r\n"),
+        "RESP2 writes the map flat: {hello:?}"
+    );
     let (got, _) = exchange(&mut stream, b"CLIENT GETNAME\r\n", 9).await;
     assert_eq!(got, b"$3\r\napp\r\n");
     let mut stream = TcpStream::connect(servers.addr()).await.unwrap();

@@ -218,20 +218,31 @@ impl<S: Store> Session<S> {
         let name = args[0];
         let result = if is(name, "PING") {
             match args {
-                [_] => Ok(replies.simple("PONG")),
-                [_, message] => Ok(replies.bulk(message)),
+                [_] => {
+                    replies.simple("PONG");
+                    Ok(())
+                }
+                [_, message] => {
+                    replies.bulk(message);
+                    Ok(())
+                }
                 _ => Err(wrong_arity("ping")),
             }
         } else if is(name, "ECHO") {
             match args {
-                [_, message] => Ok(replies.bulk(message)),
+                [_, message] => {
+                    replies.bulk(message);
+                    Ok(())
+                }
                 _ => Err(wrong_arity("echo")),
             }
         } else if is(name, "HELLO") {
             self.hello(args, replies)
         } else if is(name, "AUTH") {
             match args {
-                [_, token] | [_, _, token] => self.auth(token).map(|()| replies.simple("OK")),
+                [_, token] | [_, _, token] => self.auth(token).map(|()| {
+                    replies.simple("OK");
+                }),
                 _ => Err(wrong_arity("auth")),
             }
         } else if is(name, "CLIENT") {
@@ -239,7 +250,10 @@ impl<S: Store> Session<S> {
         } else if is(name, "SELECT") {
             match args {
                 [_, db] => match args::integer(db) {
-                    Ok(0) => Ok(replies.simple("OK")),
+                    Ok(0) => {
+                        replies.simple("OK");
+                        Ok(())
+                    }
                     Ok(_) => Err("ERR DB index is out of range".to_owned()),
                     Err(error) => Err(error),
                 },
@@ -248,11 +262,13 @@ impl<S: Store> Session<S> {
         } else if is(name, "COMMAND") {
             // No command table: clients use it for hints only.
             match args.get(1) {
-                Some(sub) if is(sub, "COUNT") => Ok(replies.integer(0)),
-                _ => Ok(replies.array(0)),
+                Some(sub) if is(sub, "COUNT") => replies.integer(0),
+                _ => replies.array(0),
             }
+            Ok(())
         } else if is(name, "INFO") {
-            Ok(replies.bulk(info().as_bytes()))
+            replies.bulk(info().as_bytes());
+            Ok(())
         } else if is(name, "QUIT") {
             replies.simple("OK");
             return Flow::Close;
