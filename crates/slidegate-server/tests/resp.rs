@@ -426,6 +426,23 @@ async fn a_partial_command_is_closed_at_the_header_timeout_an_idle_one_is_not() 
 }
 
 #[tokio::test]
+async fn an_idle_connection_is_closed_at_the_resp_idle_timeout() {
+    let servers = Servers::memory(&["--resp-idle-timeout", "1s", "--idle-timeout", "60s"]);
+    let mut stream = TcpStream::connect(servers.addr()).await.unwrap();
+    let (pong, _) = exchange(&mut stream, b"PING\r\n", 7).await;
+    assert_eq!(pong, b"+PONG\r\n");
+    let started = Instant::now();
+    assert!(closed(&mut stream).await, "the idle connection closes");
+    // Not before the timeout; the upper bound is `closed`'s 10 s, far
+    // below the HTTP port's 60 s idle timeout it must not take.
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
 async fn sg_reset_needs_the_admin_token() {
     let servers = Servers::memory(&[]);
     let mut stream = TcpStream::connect(servers.addr()).await.unwrap();
