@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(rate_parser config_parser http_body grpc_request)
+[ ${#targets[@]} -gt 0 ] || targets=(rate_parser config_parser http_body grpc_request resp_frame)
 
 if ! rustup toolchain list | grep -q '^nightly'; then
   echo "error: fuzzing needs the nightly toolchain: rustup toolchain install nightly" >&2

@@ -39,6 +39,39 @@ need_tool bash bash "the Dockerfile health check"
 need_tool systemd-analyze systemd "systemd-analyze verify"
 need_tool script bsdutils "terminal log colour"
 
+# The proxies of the forward-auth recipes (tests/proxies.rs, docs/PROXIES.md):
+# NGINX and Caddy from Debian's packages. Missing, their test is skipped
+# and says so; under CI=true it fails.
+need_tool nginx nginx "NGINX auth_request recipe"
+need_tool caddy caddy "Caddy forward_auth recipe"
+
+# The Redis clients of tests/resp.rs: redis-py in a virtualenv and ioredis
+# in a directory of their own, under the build directory. Missing (no
+# python3 -m venv, no npm), their test is skipped and says so; under
+# CI=true it fails.
+export SLIDEGATE_TEST_CLIENTS="${SLIDEGATE_TEST_CLIENTS:-${CARGO_TARGET_DIR:-target}/test-clients}"
+case "$SLIDEGATE_TEST_CLIENTS" in /*) ;; *) SLIDEGATE_TEST_CLIENTS="$(pwd)/$SLIDEGATE_TEST_CLIENTS" ;; esac
+mkdir -p "$SLIDEGATE_TEST_CLIENTS"
+if [ ! -x "$SLIDEGATE_TEST_CLIENTS/venv/bin/python" ] ||
+  ! "$SLIDEGATE_TEST_CLIENTS/venv/bin/python" -c 'import redis' 2>/dev/null; then
+  if ! python3 -m venv "$SLIDEGATE_TEST_CLIENTS/venv" >/dev/null 2>&1 &&
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing python3-venv (Debian package) for the redis-py test"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+    python3 -m venv "$SLIDEGATE_TEST_CLIENTS/venv"
+  fi
+  echo "==> installing redis-py (PyPI) for the RESP port test"
+  "$SLIDEGATE_TEST_CLIENTS/venv/bin/pip" install -q redis ||
+    echo "note: redis-py could not be installed: its test will be skipped (and fail under CI=true)"
+fi
+if [ ! -d "$SLIDEGATE_TEST_CLIENTS/node_modules/ioredis" ]; then
+  need_tool npm npm "ioredis RESP port"
+  echo "==> installing ioredis (npm) for the RESP port test"
+  npm install --silent --no-audit --no-fund --prefix "$SLIDEGATE_TEST_CLIENTS" ioredis >/dev/null ||
+    echo "note: ioredis could not be installed: its test will be skipped (and fail under CI=true)"
+fi
+
 # The status page is tested in headless Chromium (tests/ui.rs); under
 # CI=true a missing browser fails that test.
 if ! command -v chromium >/dev/null 2>&1; then

@@ -5,6 +5,7 @@
 //! | kind | store key | used by |
 //! |---|---|---|
 //! | ad-hoc | `a:KEY`, or `ad:{TAG}#DIGEST` when `KEY` is too long | `POST /v1/acquire`, `GET`/`DELETE /v1/keys/{key}`, `slidegate check` |
+//! | throttle (redis-cell's `CL.THROTTLE`) | `t:KEY`, or `td:{TAG}#DIGEST` when `KEY` is too long | the RESP port's `CL.THROTTLE` |
 //! | configured counter | `c:DOMAIN\|KEY=VALUE\|…` | gRPC `ShouldRateLimit`, `POST /v1/check` |
 //! | limit override | `o:DOMAIN\|KEY=VALUE\|…\|LIMIT/WINDOW_MS` | the same, for descriptors with a `limit` |
 //!
@@ -34,6 +35,10 @@ use slidegate::store::{MAX_KEY_LEN, fit_key, hash_tag, key_digest, validate_key}
 const ADHOC: &str = "a:";
 /// The prefix of ad-hoc keys too long to keep, counted under their digest.
 const ADHOC_DIGEST: &str = "ad:";
+/// The prefix of `CL.THROTTLE` keys kept as written.
+const THROTTLE: &str = "t:";
+/// The prefix of `CL.THROTTLE` keys too long to keep.
+const THROTTLE_DIGEST: &str = "td:";
 /// The prefix of the counters of configured limits.
 const COUNTER: &str = "c:";
 /// The prefix of the counters of limit overrides.
@@ -48,10 +53,22 @@ pub const MAX_PART_LEN: usize = 256;
 /// Fails only for a key that is malformed whatever its length: empty, or
 /// with braces that do not form a `{hash tag}`.
 pub fn adhoc_key(key: &str) -> slidegate::Result<String> {
-    if key.len() + ADHOC.len() <= MAX_KEY_LEN {
+    spaced_key(ADHOC, ADHOC_DIGEST, key)
+}
+
+/// The store key of a `CL.THROTTLE` key: as [`adhoc_key`], in a space of
+/// its own, so that redis-cell's GCRA state and a client's own rules on
+/// the same name never share a counter.
+pub fn throttle_key(key: &str) -> slidegate::Result<String> {
+    spaced_key(THROTTLE, THROTTLE_DIGEST, key)
+}
+
+/// `key` under `prefix`, or its digest under `digest_prefix` when too long.
+fn spaced_key(prefix: &str, digest_prefix: &str, key: &str) -> slidegate::Result<String> {
+    if key.len() + prefix.len() <= MAX_KEY_LEN {
         validate_key(key)?;
-        let mut out = String::with_capacity(ADHOC.len() + key.len());
-        out.push_str(ADHOC);
+        let mut out = String::with_capacity(prefix.len() + key.len());
+        out.push_str(prefix);
         out.push_str(key);
         return Ok(out);
     }
@@ -61,8 +78,8 @@ pub fn adhoc_key(key: &str) -> slidegate::Result<String> {
                 .into(),
         ));
     }
-    let digest = fit_key(key, MAX_KEY_LEN - ADHOC_DIGEST.len());
-    Ok(format!("{ADHOC_DIGEST}{digest}"))
+    let digest = fit_key(key, MAX_KEY_LEN - digest_prefix.len());
+    Ok(format!("{digest_prefix}{digest}"))
 }
 
 /// A counter key being written, part by part.
@@ -173,6 +190,18 @@ mod tests {
             assert!(adhoc.starts_with("a:"), "{adhoc}");
             assert_ne!(adhoc, envoy);
         }
+    }
+
+    #[test]
+    fn throttle_keys_have_a_space_of_their_own() {
+        assert_eq!(throttle_key("user:1").unwrap(), "t:user:1");
+        assert_ne!(
+            throttle_key("user:1").unwrap(),
+            adhoc_key("user:1").unwrap()
+        );
+        let long = "k".repeat(5000);
+        assert!(throttle_key(&long).unwrap().starts_with("td:#"));
+        assert_ne!(throttle_key(&long).unwrap(), adhoc_key(&long).unwrap());
     }
 
     #[test]

@@ -28,6 +28,29 @@ fn corpus(target: &str) -> Vec<Vec<u8>> {
 }
 
 #[test]
+fn the_resp_frame_corpus_parses_within_its_bounds() {
+    use slidegate_server::api::resp::frame::{FrameLimits, parse};
+    let limits = FrameLimits {
+        max_command_bytes: 256,
+        max_args: 8,
+    };
+    let mut commands = 0;
+    for input in corpus("resp_frame") {
+        let mut at = 0;
+        while let Ok(Some(command)) = parse(&input[at..], limits) {
+            assert!(command.len > 0 && at + command.len <= input.len());
+            assert!(command.len <= limits.max_command_bytes);
+            for arg in &command.args {
+                assert!(arg.end <= command.len);
+            }
+            at += command.len;
+            commands += 1;
+        }
+    }
+    assert!(commands > 0, "some inputs are commands");
+}
+
+#[test]
 fn the_rate_parser_corpus_parses_or_errs_and_round_trips() {
     for input in corpus("rate_parser") {
         let Ok(text) = std::str::from_utf8(&input) else {

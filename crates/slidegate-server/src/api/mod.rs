@@ -2,5 +2,7 @@
 //! calls the [`Limiter`](crate::limiter::Limiter), and translates back.
 
 pub mod envoy;
+pub mod forward_auth;
 pub mod grpc;
 pub mod http;
+pub mod resp;

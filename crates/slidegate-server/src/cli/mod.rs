@@ -68,6 +68,10 @@ pub struct Cli {
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once at startup and moved out at once (boxed in `Run`): its
+// size costs nothing, and boxing `ServeArgs` here would leak into clap's
+// derive and every match on it.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the rate limit service (HTTP/JSON API v1 and Envoy's gRPC API).
     ///

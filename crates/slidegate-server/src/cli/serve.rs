@@ -9,7 +9,10 @@ use super::store::StoreArgs;
 use super::values::{ShownDuration, adhoc_window, any_duration, at_least_one, positive_duration};
 use super::xds::XdsArgs;
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
+use crate::api::forward_auth::trusted::parse_network;
 use crate::api::http::waiting::DEFAULT_MAX_WAITING;
+use crate::api::resp::{FrameLimits, frame};
 use crate::bounds::RequestBounds;
 use crate::commands::serve::{self, ServeLimits, ServeOptions};
 use crate::net::http1::DEFAULT_SHUTDOWN_GRACE;
@@ -48,6 +51,46 @@ pub struct ServeArgs {
         default_value = serve::DEFAULT_GRPC_ADDR
     )]
     pub grpc_addr: String,
+
+    /// Address (host:port) of the Redis protocol port (RESP2 and RESP3):
+    /// `CL.THROTTLE`, `SG.ACQUIRE`, `SG.PEEK`, `SG.RESET` for any Redis
+    /// client, e.g. 127.0.0.1:6380. Off when unset.
+    #[arg(long, value_name = "ADDR", env = "SLIDEGATE_RESP_ADDR")]
+    pub resp_addr: Option<String>,
+
+    /// Largest RESP command, in bytes; a client that sends a larger one
+    /// (announced or sent) is answered `-ERR Protocol error` and closed.
+    #[arg(
+        long,
+        value_name = "BYTES",
+        env = "SLIDEGATE_RESP_MAX_COMMAND_BYTES",
+        default_value_t = frame::DEFAULT_MAX_COMMAND_BYTES as u32,
+        value_parser = clap::value_parser!(u32).range(64..)
+    )]
+    pub resp_max_command_bytes: u32,
+
+    /// Most arguments of one RESP command (its name included); more are
+    /// answered `-ERR Protocol error` and the connection closed.
+    #[arg(
+        long,
+        value_name = "N",
+        env = "SLIDEGATE_RESP_MAX_ARGS",
+        default_value_t = frame::DEFAULT_MAX_ARGS as u32,
+        value_parser = clap::value_parser!(u32).range(8..)
+    )]
+    pub resp_max_args: u32,
+
+    /// How long a RESP connection with no command in flight stays open
+    /// (Redis clients keep pooled connections between commands). A
+    /// command begun must arrive whole within --header-timeout.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        env = "SLIDEGATE_RESP_IDLE_TIMEOUT",
+        default_value_t = ShownDuration(serve::DEFAULT_RESP_IDLE_TIMEOUT),
+        value_parser = positive_duration
+    )]
+    pub resp_idle_timeout: ShownDuration,
 
     /// Rules for `/v1/check` and gRPC, in envoyproxy/ratelimit's YAML format
     /// (plus `window` and `algorithm`): a file or a directory of `.yaml`
@@ -147,6 +190,20 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub xds: XdsArgs,
 
+    /// Proxies whose `X-Forwarded-For`, `X-Real-IP` and `Forwarded`
+    /// headers `/v1/forward-auth/{domain}` believes, as addresses or CIDR
+    /// networks (`10.0.0.0/8,127.0.0.1`). The client is then the rightmost
+    /// `X-Forwarded-For` address not in these networks. Without it no
+    /// forwarding header is read: every client is the proxy's address.
+    #[arg(
+        long,
+        value_name = "CIDR,...",
+        env = "SLIDEGATE_TRUSTED_PROXIES",
+        value_delimiter = ',',
+        value_parser = |s: &str| parse_network(s).map_err(|e| e.to_string())
+    )]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+
     /// How much one request may ask.
     #[command(flatten)]
     pub bounds: BoundsArgs,
@@ -196,6 +253,11 @@ impl From<ServeArgs> for ServeOptions {
             otlp_endpoint: args.otlp_endpoint,
             http_addr: args.http_addr,
             grpc_addr: args.grpc_addr,
+            resp_addr: args.resp_addr,
+            resp_frame: FrameLimits {
+                max_command_bytes: args.resp_max_command_bytes as usize,
+                max_args: args.resp_max_args as usize,
+            },
             config: args.config,
             merge_domains: args.merge_domains,
             allow_empty_config: args.allow_empty_config,
@@ -210,9 +272,10 @@ impl From<ServeArgs> for ServeOptions {
                 max_domains: args.max_runtime_domains,
                 max_body_bytes: args.max_runtime_body_bytes,
             },
+            trusted_proxies: TrustedProxies::new(args.trusted_proxies),
             bounds: (&args.bounds).into(),
             store: args.store.into(),
-            limits: args.connections.limits(),
+            limits: args.connections.limits(args.resp_idle_timeout.0),
         }
     }
 }
@@ -334,8 +397,9 @@ pub struct ConnectionArgs {
 }
 
 impl ConnectionArgs {
-    /// The bounds these flags set.
-    pub fn limits(&self) -> ServeLimits {
+    /// The bounds these flags set; a RESP connection stays idle for
+    /// `resp_idle_timeout`.
+    pub fn limits(&self, resp_idle_timeout: std::time::Duration) -> ServeLimits {
         let max_connections = self.max_connections as usize;
         let connections = ConnectionLimits {
             max_connections,
@@ -348,6 +412,10 @@ impl ConnectionArgs {
         };
         ServeLimits {
             http: connections,
+            resp: ConnectionLimits {
+                idle_timeout: Some(resp_idle_timeout),
+                ..connections
+            },
             grpc: GrpcLimits {
                 connections,
                 max_message_bytes: self.grpc_max_message_bytes as usize,

@@ -1,16 +1,18 @@
 //! What `slidegate serve` is made of, put together once: the limiter (the
 //! store, the rules in force, the telemetry its decisions are reported
-//! to) and the options of the fronts. Both fronts are built from these
-//! parts; neither reads anything out of the other.
+//! to) and the options of the fronts. Every front (HTTP, gRPC, RESP) is
+//! built from these parts; none reads anything out of another.
 
 use std::sync::Arc;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
 use crate::api::grpc::RateLimitGrpc;
 use crate::api::http::AppState;
 use crate::api::http::waiting::Waiting;
+use crate::api::resp::{FrameLimits, RespState};
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
 use crate::rules::CurrentConfig;
@@ -27,6 +29,8 @@ pub struct Parts<S> {
     metrics: Option<PrometheusHandle>,
     waiting: Waiting,
     runtime: Option<RuntimeLimits>,
+    trusted_proxies: TrustedProxies,
+    resp_frame: FrameLimits,
 }
 
 impl<S> Parts<S> {
@@ -45,6 +49,8 @@ impl<S> Parts<S> {
             metrics: None,
             waiting: Waiting::default(),
             runtime: None,
+            trusted_proxies: TrustedProxies::default(),
+            resp_frame: FrameLimits::default(),
         }
     }
 
@@ -52,6 +58,13 @@ impl<S> Parts<S> {
     /// [`AppState::with_runtime`]).
     pub fn with_runtime(mut self, runtime: RuntimeLimits) -> Self {
         self.runtime = Some(runtime);
+        self
+    }
+
+    /// Believes the forwarding headers of forward-auth requests from these
+    /// proxies.
+    pub fn with_trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted_proxies = trusted;
         self
     }
 
@@ -85,6 +98,13 @@ impl<S> Parts<S> {
         self
     }
 
+    /// The RESP port closes a connection that sends a command beyond
+    /// `frame`.
+    pub fn with_resp_frame_limits(mut self, frame: FrameLimits) -> Self {
+        self.resp_frame = frame;
+        self
+    }
+
     /// Serves `GET /metrics` from this recorder.
     pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
         self.metrics = Some(handle);
@@ -112,7 +132,8 @@ impl<S> Parts<S> {
             .with_admin_token(self.admin_token.clone())
             .with_bounds(self.bounds)
             .with_response_headers(self.response_headers)
-            .with_waiting(self.waiting.clone());
+            .with_waiting(self.waiting.clone())
+            .with_trusted_proxies(self.trusted_proxies.clone());
         let state = match &self.runtime {
             Some(runtime) => state.with_runtime(runtime.clone()),
             None => state,
@@ -121,6 +142,14 @@ impl<S> Parts<S> {
             Some(handle) => state.with_metrics(handle.clone()),
             None => state,
         }
+    }
+
+    /// The RESP port's state.
+    pub fn resp(&self) -> RespState<S> {
+        RespState::new(self.limiter.clone())
+            .with_bounds(self.bounds)
+            .with_frame_limits(self.resp_frame)
+            .with_admin_token(self.admin_token.clone())
     }
 
     /// The gRPC rate limit service.

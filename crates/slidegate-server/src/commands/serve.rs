@@ -1,6 +1,6 @@
 //! `slidegate serve`: the one place where the parts are put together:
-//! the store, the rules and their reloads, the telemetry, both fronts
-//! and both listeners; then serving until a signal, and a graceful stop.
+//! the store, the rules and their reloads, the telemetry, the fronts
+//! and their listeners; then serving until a signal, and a graceful stop.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -15,9 +15,12 @@ use tokio::sync::watch;
 use super::parts::Parts;
 use crate::api;
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
 use crate::bounds::RequestBounds;
 use crate::net::grpc;
 use crate::net::http1::{self, DEFAULT_SHUTDOWN_GRACE};
+use crate::net::limits::Protocol;
+use crate::net::streams;
 use crate::net::{ConnectionLimits, GrpcLimits};
 use crate::rules::xds::XdsOptions;
 use crate::rules::{CurrentConfig, LiveConfig, LoadOptions};
@@ -29,6 +32,10 @@ const RELOAD_DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// `--http-addr`'s default.
 pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:8080";
+
+/// `--resp-idle-timeout`'s default: longer than HTTP's, as Redis clients
+/// keep pooled connections open between commands.
+pub const DEFAULT_RESP_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `--grpc-addr`'s default.
 pub const DEFAULT_GRPC_ADDR: &str = "127.0.0.1:8081";
@@ -42,6 +49,10 @@ pub struct ServeOptions {
     pub http_addr: String,
     /// Where the gRPC services listen.
     pub grpc_addr: String,
+    /// Where the Redis protocol port listens, if anywhere.
+    pub resp_addr: Option<String>,
+    /// The bounds of one RESP command.
+    pub resp_frame: crate::api::resp::FrameLimits,
     /// The rule files and directories.
     pub config: Vec<PathBuf>,
     /// Merge a domain split over several files.
@@ -62,6 +73,8 @@ pub struct ServeOptions {
     pub runtime_limits_file: Option<PathBuf>,
     /// How many runtime limits, and how large a write.
     pub runtime_bounds: RuntimeBounds,
+    /// The proxies whose forwarding headers forward-auth believes.
+    pub trusted_proxies: TrustedProxies,
     /// How much one request may ask.
     pub bounds: RequestBounds,
     /// The store.
@@ -141,6 +154,8 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
         .with_bounds(args.bounds)
         .with_response_headers(args.response_headers)
         .with_max_waiting(args.max_waiting)
+        .with_trusted_proxies(args.trusted_proxies.clone())
+        .with_resp_frame_limits(args.resp_frame)
         .with_metrics(metrics);
     parts
         .telemetry()
@@ -170,9 +185,23 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
     let grpc_listener = TcpListener::bind(&args.grpc_addr)
         .await
         .with_context(|| format!("cannot listen on {}", args.grpc_addr))?;
+    let resp_listener = match &args.resp_addr {
+        Some(addr) => Some(
+            TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?,
+        ),
+        None => None,
+    };
+    let resp_addr = resp_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?
+        .map(|addr| addr.to_string());
     tracing::info!(
         http_addr = %http_listener.local_addr()?,
         grpc_addr = %grpc_listener.local_addr()?,
+        resp_addr,
         store = kind,
         store_address = %address,
         rules = ?args.config,
@@ -185,7 +214,12 @@ pub async fn run(args: ServeOptions) -> anyhow::Result<std::time::Instant> {
         signal.await;
         let _ = signalled.send(std::time::Instant::now());
     };
-    serve_both_with(http_listener, grpc_listener, parts, limits, shutdown).await?;
+    let listeners = Listeners {
+        http: http_listener,
+        grpc: grpc_listener,
+        resp: resp_listener,
+    };
+    serve_listeners(listeners, parts, limits, shutdown).await?;
     upkeep.abort();
     tracing::info!("slidegate stopped");
     let stopped_at = signal_time
@@ -204,13 +238,16 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// The bounds of both listeners and of a stop.
+/// The bounds of the listeners and of a stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServeLimits {
     /// The HTTP listener's connections.
     pub http: ConnectionLimits,
     /// The gRPC server.
     pub grpc: GrpcLimits,
+    /// The RESP listener's connections (its idle timeout is
+    /// `--resp-idle-timeout`, its header timeout bounds a partial command).
+    pub resp: ConnectionLimits,
     /// How long a stop waits for the requests in flight before it closes
     /// the connections still open.
     pub shutdown_grace: Duration,
@@ -221,6 +258,10 @@ impl Default for ServeLimits {
         ServeLimits {
             http: ConnectionLimits::default(),
             grpc: GrpcLimits::default(),
+            resp: ConnectionLimits {
+                idle_timeout: Some(DEFAULT_RESP_IDLE_TIMEOUT),
+                ..ConnectionLimits::default()
+            },
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
         }
     }
@@ -245,9 +286,7 @@ pub async fn serve_both<S: Store + 'static>(
 }
 
 /// Serves the HTTP API and the gRPC services of `parts` until `shutdown`
-/// completes; then both stop accepting, answer what is in flight for at
-/// most `limits.shutdown_grace`, close what is left, and return. The
-/// status page's sampler and the gRPC health prober run meanwhile.
+/// completes (see [`serve_listeners`]), with no RESP port.
 pub async fn serve_both_with<S: Store + 'static>(
     http_listener: TcpListener,
     grpc_listener: TcpListener,
@@ -255,6 +294,41 @@ pub async fn serve_both_with<S: Store + 'static>(
     limits: ServeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let listeners = Listeners {
+        http: http_listener,
+        grpc: grpc_listener,
+        resp: None,
+    };
+    serve_listeners(listeners, parts, limits, shutdown).await
+}
+
+/// The sockets `slidegate serve` listens on.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The HTTP API.
+    pub http: TcpListener,
+    /// The gRPC services.
+    pub grpc: TcpListener,
+    /// The Redis protocol port, when on (`--resp-addr`).
+    pub resp: Option<TcpListener>,
+}
+
+/// Serves the HTTP API, the gRPC services and, when given its listener,
+/// the RESP port of `parts` until `shutdown` completes; then all stop
+/// accepting, answer what is in flight for at most
+/// `limits.shutdown_grace`, close what is left, and return. The status
+/// page's sampler and the gRPC health prober run meanwhile.
+pub async fn serve_listeners<S: Store + 'static>(
+    listeners: Listeners,
+    parts: Parts<S>,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let Listeners {
+        http: http_listener,
+        grpc: grpc_listener,
+        resp: resp_listener,
+    } = listeners;
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -274,6 +348,32 @@ pub async fn serve_both_with<S: Store + 'static>(
         grace,
         wait(stopped.clone()),
     );
+    let resp_stop = wait(stopped.clone());
+    let resp = async {
+        let Some(listener) = resp_listener else {
+            return Ok(());
+        };
+        let state = parts.resp();
+        streams::serve_with(
+            listener,
+            Protocol::Resp,
+            limits.resp,
+            grace,
+            resp_stop,
+            move |conn, stop| {
+                let clock = conn.clock();
+                let begun = conn.clock();
+                api::resp::serve_connection(
+                    conn,
+                    state.clone(),
+                    move || clock.request_started(),
+                    move || begun.request_begun(),
+                    stop,
+                )
+            },
+        )
+        .await
+    };
     let grpc = async {
         // tonic waits for its connections without a bound: past the
         // grace, stop waiting (the process exits, which closes them).
@@ -286,10 +386,11 @@ pub async fn serve_both_with<S: Store + 'static>(
             }
         }
     };
-    let (http, grpc) = tokio::join!(http, grpc);
+    let (http, grpc, resp) = tokio::join!(http, grpc, resp);
     let _ = prober.await;
     http.context("the HTTP server failed")?;
     grpc.context("the gRPC server failed")?;
+    resp.context("the RESP server failed")?;
     Ok(())
 }
 

@@ -93,3 +93,24 @@ pub async fn peek<S: Store + ?Sized>(
 pub async fn reset<S: Store + ?Sized>(store: &S, key: &str) -> slidegate::Result<()> {
     store.reset(&keys::adhoc_key(key)?).await
 }
+
+/// Decides `cost` units of redis-cell's `CL.THROTTLE` for `key` under
+/// `rule` (a GCRA rule), in the throttle key space.
+pub async fn throttle<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rule: Rule,
+    cost: u64,
+) -> slidegate::Result<Decision> {
+    let key = keys::throttle_key(key)?;
+    acquire_one(store, Hit::new(&key, rule, cost)).await
+}
+
+/// The state of the `CL.THROTTLE` key `key` under `rule`, consuming nothing.
+pub async fn throttle_peek<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rule: Rule,
+) -> slidegate::Result<Decision> {
+    store.peek(&keys::throttle_key(key)?, &[rule]).await
+}

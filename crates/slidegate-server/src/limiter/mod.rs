@@ -168,6 +168,29 @@ impl<S: Store> Limiter<S> {
         adhoc::peek(&*self.store, key, rule).await
     }
 
+    /// Decides `cost` units of `CL.THROTTLE` for `key` under `rule`, in
+    /// the throttle key space, and reports it.
+    pub async fn throttle(
+        &self,
+        key: &str,
+        rule: Rule,
+        cost: u64,
+    ) -> slidegate::Result<slidegate::Decision> {
+        let decision = adhoc::throttle(&*self.store, key, rule, cost).await?;
+        self.sink.adhoc_decided(key, &decision);
+        Ok(decision)
+    }
+
+    /// The state of the `CL.THROTTLE` key `key` under `rule`, consuming
+    /// nothing (not reported).
+    pub async fn throttle_peek(
+        &self,
+        key: &str,
+        rule: Rule,
+    ) -> slidegate::Result<slidegate::Decision> {
+        adhoc::throttle_peek(&*self.store, key, rule).await
+    }
+
     /// Forgets the ad-hoc `key` under every rule.
     pub async fn reset(&self, key: &str) -> slidegate::Result<()> {
         adhoc::reset(&*self.store, key).await

@@ -121,9 +121,16 @@ impl ConnectionClock {
     }
 
     fn bytes_read(&self) {
-        if self.protocol != Protocol::Http1 {
+        if self.protocol == Protocol::Grpc {
             return;
         }
+        self.request_begun();
+    }
+
+    /// Part of a request is buffered, not yet whole (a RESP command
+    /// whose start came with the end of the one before): an idle
+    /// connection waits for the rest within the header timeout, from now.
+    pub fn request_begun(&self) {
         let header_timeout = self.limits.header_timeout;
         self.with_state(|state| {
             if let Phase::Idle { .. } = state.phase {
@@ -148,7 +155,7 @@ impl ConnectionClock {
         let phase = match state.phase {
             Phase::Head { until } => Some(until),
             Phase::Busy { .. } => None,
-            Phase::Idle { until } if self.protocol == Protocol::Http1 => until,
+            Phase::Idle { until } if self.protocol != Protocol::Grpc => until,
             Phase::Idle { .. } => None,
         }
         .map(|at| (at, state.phase.name()));

@@ -115,14 +115,18 @@ pub enum Protocol {
     /// HTTP/2 (gRPC): reads while idle are pings and window updates, not
     /// a request; only the first call of a connection is awaited.
     Grpc,
+    /// The Redis protocol: as HTTP/1.1, a byte read while idle starts the
+    /// next command, which must arrive whole within the header timeout.
+    Resp,
 }
 
 impl Protocol {
-    /// The listener's name in metrics and logs: `http` or `grpc`.
+    /// The listener's name in metrics and logs: `http`, `grpc` or `resp`.
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Http1 => "http",
             Protocol::Grpc => "grpc",
+            Protocol::Resp => "resp",
         }
     }
 }

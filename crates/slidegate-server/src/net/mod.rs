@@ -1,7 +1,8 @@
 //! The listeners and their connections: accepting within caps
 //! ([`listen`], [`addresses`]), each connection's deadlines ([`conn`]),
-//! the bounds of both ([`limits`]), and serving HTTP/1.1 ([`http1`]) and
-//! gRPC ([`grpc`], [`grpc_calls`]). Nothing here knows what is served.
+//! the bounds of both ([`limits`]), and serving HTTP/1.1 ([`http1`]),
+//! gRPC ([`grpc`], [`grpc_calls`]) and plain streams to a handler that
+//! knows their protocol ([`streams`]). Nothing here knows what is served.
 
 pub mod addresses;
 pub mod conn;
@@ -10,5 +11,6 @@ pub mod grpc_calls;
 pub mod http1;
 pub mod limits;
 pub mod listen;
+pub mod streams;
 
 pub use limits::{ConnectionLimits, GrpcLimits};

@@ -10,10 +10,14 @@
 //!     value: /login
 //!     rate_limit: {requests_per_unit: 5, window: 250ms, algorithm: sliding_log}
 //! ```
+//!
+//! A domain may also say which request headers feed which descriptor
+//! keys for proxies' forward-auth requests ([`forward_auth`]).
 
 mod current;
 mod error;
 mod files;
+pub mod forward_auth;
 mod limit;
 mod matcher;
 mod reload;

@@ -9,6 +9,7 @@ use slidegate::{Algorithm, Rate, Rule};
 
 use super::error::{ConfigError, PATH_CHARS, WORD_CHARS, quoted};
 use super::files::read_sources;
+use super::forward_auth::{HeaderFeed, MAX_HEADER_FEEDS};
 use super::limit::{Enforcement, Limit, LimitId, Unit};
 use super::matcher::{self, DescriptorNode, Level, Matched};
 use super::runtime_domain::RuntimeDomain;
@@ -26,6 +27,8 @@ pub struct RateLimitConfig {
     domains: HashMap<String, Level>,
     /// The files each domain comes from, in load order.
     files: HashMap<String, Vec<String>>,
+    /// Each domain's forward-auth mapping (`forward_auth.headers`).
+    forward_auth: HashMap<String, Vec<HeaderFeed>>,
     /// When the rules were loaded (`None` for no rules at all).
     loaded_at: Option<SystemTime>,
     /// The files' sources and how they were loaded: what the config is
@@ -192,6 +195,24 @@ impl RateLimitConfig {
             .entry(file.domain.clone())
             .or_default()
             .push(name.to_owned());
+        let feeds = self.forward_auth.entry(file.domain.clone()).or_default();
+        for feed in file.forward_auth {
+            // A domain merged from several files maps each key once.
+            if feeds.iter().any(|f| f.key == feed.key) {
+                return Err(error(format!(
+                    "'forward_auth.headers' of domain {} names the key {} in two files",
+                    quoted(&file.domain, PATH_CHARS),
+                    quoted(&feed.key, PATH_CHARS)
+                )));
+            }
+            feeds.push(feed);
+        }
+        if feeds.len() > MAX_HEADER_FEEDS {
+            return Err(error(format!(
+                "'forward_auth.headers' of domain {} maps more than {MAX_HEADER_FEEDS} headers",
+                quoted(&file.domain, PATH_CHARS)
+            )));
+        }
         let level = self.domains.entry(file.domain.clone()).or_default();
         add_descriptors(
             name,
@@ -227,6 +248,12 @@ impl RateLimitConfig {
         V: AsRef<str>,
     {
         matcher::lookup(self.domains.get(domain)?, domain, entries)
+    }
+
+    /// The request headers that feed descriptor keys of `domain` in a
+    /// forward-auth request (empty without a mapping).
+    pub fn forward_auth_headers(&self, domain: &str) -> &[HeaderFeed] {
+        self.forward_auth.get(domain).map_or(&[], Vec::as_slice)
     }
 
     /// True when `domain` is configured.

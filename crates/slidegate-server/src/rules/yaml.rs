@@ -9,6 +9,7 @@ use serde_saphyr::{Location, Spanned};
 use slidegate::{Algorithm, Rate};
 
 use super::error::{ConfigError, NAME_CHARS, PATH_CHARS, WORD_CHARS, quoted};
+use super::forward_auth::{BUILT_IN_KEYS, HeaderFeed, MAX_HEADER_FEEDS, is_header_name};
 use super::yaml_tree::{SpannedYaml, Yaml};
 
 /// Every key a config file may use. `metadata` holds free-form data that
@@ -30,6 +31,8 @@ const VALID_KEYS: &[&str] = &[
     "value_to_metric",
     "share_threshold",
     "metadata",
+    // slidegate's extensions, at the top:
+    "forward_auth",
     // slidegate's extensions, inside `rate_limit`:
     "window",
     "algorithm",
@@ -43,6 +46,8 @@ const VALID_KEYS: &[&str] = &[
 pub(crate) struct FileSpec {
     pub domain: String,
     pub descriptors: Vec<DescriptorSpec>,
+    /// `forward_auth.headers`: request headers that feed descriptor keys.
+    pub forward_auth: Vec<HeaderFeed>,
 }
 
 /// One `descriptors` entry, typed but not yet checked against its siblings.
@@ -171,7 +176,9 @@ impl Reader<'_> {
                     format!("config error, unknown key {}", quoted(name, NAME_CHARS)),
                 ));
             }
-            if name == "metadata" {
+            // Free-form data, and the forward-auth mapping, whose keys
+            // are the operator's descriptor keys (read by `forward_auth`).
+            if name == "metadata" || name == "forward_auth" {
                 continue;
             }
             match &value.value {
@@ -202,9 +209,108 @@ impl Reader<'_> {
             .string(fields.get("domain"), "domain")?
             .unwrap_or_default();
         let descriptors = self.descriptors(fields.get("descriptors"))?;
+        let forward_auth = self.forward_auth(fields.get("forward_auth"))?;
         Ok(FileSpec {
             domain,
             descriptors,
+            forward_auth,
+        })
+    }
+
+    /// `forward_auth: {headers: {KEY: Header-Name, ...}}`, in file order.
+    fn forward_auth(&self, node: Option<&SpannedYaml>) -> Result<Vec<HeaderFeed>, ConfigError> {
+        let Some(node) = node else {
+            return Ok(Vec::new());
+        };
+        let entries = match &node.value {
+            Yaml::Null => return Ok(Vec::new()),
+            Yaml::Map(entries) => entries,
+            other => {
+                return Err(self.error(
+                    node,
+                    format!("'forward_auth' must be a map, found {}", other.kind()),
+                ));
+            }
+        };
+        let mut feeds = Vec::new();
+        for (key, value) in entries {
+            if !matches!(&key.value, Yaml::Str(name) if name == "headers") {
+                return Err(self.error(
+                    key,
+                    format!(
+                        "config error, unknown key {} in 'forward_auth' (expected 'headers')",
+                        quoted(&key.value.described(), NAME_CHARS)
+                    ),
+                ));
+            }
+            let headers = match &value.value {
+                Yaml::Null => continue,
+                Yaml::Map(headers) => headers,
+                other => {
+                    return Err(self.error(
+                        value,
+                        format!(
+                            "'forward_auth.headers' must map descriptor keys to header names, found {}",
+                            other.kind()
+                        ),
+                    ));
+                }
+            };
+            for (descriptor_key, header) in headers {
+                feeds.push(self.header_feed(descriptor_key, header, &feeds)?);
+            }
+        }
+        if feeds.len() > MAX_HEADER_FEEDS {
+            return Err(self.error(
+                node,
+                format!("'forward_auth.headers' maps more than {MAX_HEADER_FEEDS} headers"),
+            ));
+        }
+        Ok(feeds)
+    }
+
+    fn header_feed(
+        &self,
+        key: &SpannedYaml,
+        header: &SpannedYaml,
+        earlier: &[HeaderFeed],
+    ) -> Result<HeaderFeed, ConfigError> {
+        let key_text = self
+            .string(Some(key), "forward_auth.headers key")?
+            .unwrap_or_default();
+        if key_text.is_empty() || BUILT_IN_KEYS.contains(&key_text.as_str()) {
+            return Err(self.error(
+                key,
+                format!(
+                    "'forward_auth.headers' cannot feed the descriptor key {} (every forwarded request has remote_address, method and path)",
+                    quoted(&key_text, NAME_CHARS)
+                ),
+            ));
+        }
+        if earlier.iter().any(|feed| feed.key == key_text) {
+            return Err(self.error(
+                key,
+                format!(
+                    "'forward_auth.headers' names the key {} twice",
+                    quoted(&key_text, NAME_CHARS)
+                ),
+            ));
+        }
+        let name = self
+            .string(Some(header), "forward_auth.headers value")?
+            .unwrap_or_default();
+        if !is_header_name(&name) {
+            return Err(self.error(
+                header,
+                format!(
+                    "{} is not a header name (letters, digits and -, at most 64)",
+                    quoted(&name, NAME_CHARS)
+                ),
+            ));
+        }
+        Ok(HeaderFeed {
+            key: key_text,
+            header: name.to_ascii_lowercase(),
         })
     }
 

@@ -236,8 +236,28 @@ pub async fn request_to(
     headers: &[(&str, &str)],
     body: Vec<u8>,
 ) -> Reply {
+    request_from(None, addr, method, path, headers, body).await
+}
+
+/// [`request_to`] from the local address `from` (any of 127.0.0.0/8 on
+/// Linux), so that one test can be many clients.
+pub async fn request_from(
+    from: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    method: Method,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Vec<u8>,
+) -> Reply {
     let exchange = async {
-        let stream = TcpStream::connect(addr).await.unwrap();
+        let stream = match from {
+            None => TcpStream::connect(addr).await.unwrap(),
+            Some(ip) => {
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind(SocketAddr::new(ip, 0)).unwrap();
+                socket.connect(addr).await.unwrap()
+            }
+        };
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .unwrap();

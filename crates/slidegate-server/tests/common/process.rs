@@ -24,6 +24,8 @@ pub struct Slidegate {
     child: Child,
     pub http: SocketAddr,
     pub grpc: SocketAddr,
+    /// The Redis protocol port, when started with `--resp-addr`.
+    pub resp: Option<SocketAddr>,
     logs: Arc<Mutex<Vec<String>>>,
 }
 
@@ -59,13 +61,14 @@ impl Slidegate {
                     if let (Some(http), Some(grpc)) =
                         (fields["http_addr"].as_str(), fields["grpc_addr"].as_str())
                     {
-                        let _ = addrs.send((http.to_owned(), grpc.to_owned()));
+                        let resp = fields["resp_addr"].as_str().map(str::to_owned);
+                        let _ = addrs.send((http.to_owned(), grpc.to_owned(), resp));
                     }
                 }
                 sink.lock().expect("the log lock").push(line);
             }
         });
-        let Ok((http, grpc)) = serving.recv_timeout(PROCESS_DEADLINE) else {
+        let Ok((http, grpc, resp)) = serving.recv_timeout(PROCESS_DEADLINE) else {
             let _ = child.kill();
             panic!(
                 "slidegate serve {args:?} never said it serves; logs: {:?}",
@@ -76,6 +79,7 @@ impl Slidegate {
             child,
             http: http.parse().expect("an HTTP address"),
             grpc: grpc.parse().expect("a gRPC address"),
+            resp: resp.map(|addr| addr.parse().expect("a RESP address")),
             logs,
         }
     }

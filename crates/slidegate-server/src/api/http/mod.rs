@@ -8,6 +8,7 @@
 //! | `POST /v1/leases/{id}/commit` | `{"cost", "key"?}`: settles a budget lease; 200 with `over_limit`; 404 `lease_not_found`, 409 `lease_expired` / `not_committable` |
 //! | `DELETE /v1/leases/{id}?key=K` | gives the lease back (budget or places); 200; 404, 409 as for a commit |
 //! | `POST /v1/check` (alias `POST /json`) | Envoy's `RateLimitRequest` in proto3 JSON, decided against the `--config` rules; 200 OK, 429 OVER_LIMIT, body `RateLimitResponse` |
+//! | `/v1/forward-auth/{domain}` (any method) | a reverse proxy's check of the request it forwards: 200 allowed, 429 (or `?deny_status=403`) denied, with `RateLimit-Policy`, `RateLimit` and `Retry-After` |
 //! | `DELETE /v1/keys/{key}` | forgets the key under every rule; only with `--admin-token`, sent as `Authorization: Bearer` (401 without, 403 when wrong or disabled) |
 //! | `GET /healthz` | 200 while the process serves |
 //! | `GET /readyz` | 200 when the store can decide, 503 otherwise |
@@ -38,7 +39,7 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use http::StatusCode;
 use slidegate::Store;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -54,6 +55,7 @@ mod check;
 pub mod decision_json;
 mod domains;
 mod error;
+pub mod forward_auth;
 pub mod headers;
 mod json;
 mod layer;
@@ -88,6 +90,10 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         )
         .route("/v1/check", post(check::check::<S>))
         .route("/json", post(check::check::<S>))
+        .route(
+            "/v1/forward-auth/{domain}",
+            any(forward_auth::forward_auth::<S>),
+        )
         .route(
             "/v1/keys/{key}",
             get(acquire::peek::<S>).delete(admin::reset::<S>),

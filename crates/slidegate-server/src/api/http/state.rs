@@ -6,6 +6,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::waiting::Waiting;
 use crate::api::envoy::headers::ResponseHeaders;
+use crate::api::forward_auth::TrustedProxies;
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
 use crate::runtime::RuntimeLimits;
@@ -21,6 +22,7 @@ pub struct AppState<S> {
     pub(super) response_headers: ResponseHeaders,
     pub(super) waiting: Waiting,
     pub(super) runtime: Option<RuntimeLimits>,
+    pub(super) trusted_proxies: Arc<TrustedProxies>,
 }
 
 impl<S> AppState<S> {
@@ -37,6 +39,7 @@ impl<S> AppState<S> {
             response_headers: ResponseHeaders::Off,
             waiting: Waiting::default(),
             runtime: None,
+            trusted_proxies: Arc::default(),
         }
     }
 
@@ -45,6 +48,13 @@ impl<S> AppState<S> {
     /// in force in the limiter's config.
     pub fn with_runtime(mut self, runtime: RuntimeLimits) -> Self {
         self.runtime = Some(runtime);
+        self
+    }
+
+    /// Forward-auth requests from these proxies are read for the client's
+    /// address (`X-Forwarded-For`, `X-Real-IP`, `Forwarded`).
+    pub fn with_trusted_proxies(mut self, trusted: TrustedProxies) -> Self {
+        self.trusted_proxies = Arc::new(trusted);
         self
     }
 
@@ -93,6 +103,7 @@ impl<S> Clone for AppState<S> {
             response_headers: self.response_headers,
             waiting: self.waiting.clone(),
             runtime: self.runtime.clone(),
+            trusted_proxies: Arc::clone(&self.trusted_proxies),
         }
     }
 }

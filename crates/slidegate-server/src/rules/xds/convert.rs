@@ -17,6 +17,8 @@ pub(crate) fn to_spec(config: &RateLimitConfig) -> FileSpec {
     FileSpec {
         domain: config.domain.clone(),
         descriptors: config.descriptors.iter().map(descriptor).collect(),
+        // The xDS message has no forward-auth mapping: the built-in keys only.
+        forward_auth: Vec::new(),
     }
 }
 
