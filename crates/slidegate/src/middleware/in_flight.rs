@@ -31,7 +31,8 @@ use crate::error::Result;
 use crate::rate::{Rate, Rule};
 use crate::store::contract::Store;
 
-/// Limits the requests in flight per key: see the [module](self).
+/// Limits the requests in flight per key: a place of a concurrency rule
+/// held by each request until its response body ends or is dropped.
 pub struct InFlightLayer<St, K> {
     shared: Arc<Shared<St, K>>,
 }

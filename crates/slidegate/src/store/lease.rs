@@ -13,7 +13,7 @@
 //!
 //! A lease neither committed nor released within its time expires: a
 //! budget is charged in full, places are freed. Its id is kept a while
-//! longer ([`retention`]), so that a late commit or release is told
+//! longer (a window beyond its end), so that a late commit or release is told
 //! [`Error::LeaseExpired`] rather than [`Error::LeaseNotFound`].
 
 use std::time::Duration;

@@ -1,10 +1,10 @@
 //! The ADS client: one state-of-the-world subscription to
-//! [`TYPE_URL`](super::proto::TYPE_URL) over
+//! [`TYPE_URL`] over
 //! `envoy.service.discovery.v3.AggregatedDiscoveryService`.
 //!
 //! Each response is the control plane's whole state: it is decoded,
 //! converted and checked by the code that checks config files, then put
-//! in force beside the files ([`LiveConfig::apply_xds`]) and ACKed (the
+//! in force beside the files (`LiveConfig::apply_xds`) and ACKed (the
 //! request carries its version and nonce), or refused and NACKed (the
 //! version in force, the nonce, and the error in `error_detail`), the
 //! rules in force unchanged. A stream that fails or ends is opened again

@@ -215,8 +215,8 @@ impl Layout {
 }
 
 impl RedisStore {
-    /// Makes `write` to the limits shared through this Redis (see the
-    /// [module documentation](self)), then tells every process on the
+    /// Makes `write` to the limits shared through this Redis (see
+    /// [`LimitWrite`]), then tells every process on the
     /// change feed ([`Change::Limits`]). A write that was made but could
     /// not be published is still made: readers find it at their next poll.
     pub async fn write_limit(&self, write: LimitWrite<'_>) -> Result<Written> {
