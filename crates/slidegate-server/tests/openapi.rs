@@ -50,8 +50,10 @@ fn documented_methods(doc: &serde_json::Value, path: &str) -> BTreeSet<String> {
         .map(|item| {
             item.keys()
                 .filter(|k| {
-                    ["get", "head", "post", "put", "patch", "delete", "options", "trace"]
-                        .contains(&k.as_str())
+                    [
+                        "get", "head", "post", "put", "patch", "delete", "options", "trace",
+                    ]
+                    .contains(&k.as_str())
                 })
                 .map(|k| k.to_uppercase())
                 .collect()

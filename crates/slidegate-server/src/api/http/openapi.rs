@@ -15,6 +15,9 @@ pub(super) async fn document() -> Response {
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     // The same for the life of the process: a client may keep it an hour.
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("public, max-age=3600"));
+    headers.insert(
+        CACHE_CONTROL,
+        HeaderValue::from_static("public, max-age=3600"),
+    );
     response
 }
