@@ -65,6 +65,17 @@ if [ ! -x "$SLIDEGATE_TEST_CLIENTS/venv/bin/python" ] ||
   "$SLIDEGATE_TEST_CLIENTS/venv/bin/pip" install -q redis ||
     echo "note: redis-py could not be installed: its test will be skipped (and fail under CI=true)"
 fi
+# The OpenAPI document's tools (tests/openapi.rs), from PyPI in the same
+# virtualenv: openapi-spec-validator, and Schemathesis (`st`) run against
+# a live server. Missing, their tests are skipped and say so; under CI=true
+# they fail.
+if [ -x "$SLIDEGATE_TEST_CLIENTS/venv/bin/python" ] &&
+  { [ ! -x "$SLIDEGATE_TEST_CLIENTS/venv/bin/openapi-spec-validator" ] ||
+    [ ! -x "$SLIDEGATE_TEST_CLIENTS/venv/bin/st" ]; }; then
+  echo "==> installing openapi-spec-validator and schemathesis (PyPI) for the OpenAPI test"
+  "$SLIDEGATE_TEST_CLIENTS/venv/bin/python" -m pip install -q openapi-spec-validator schemathesis ||
+    echo "note: the OpenAPI tools could not be installed: their tests will be skipped (and fail under CI=true)"
+fi
 if [ ! -d "$SLIDEGATE_TEST_CLIENTS/node_modules/ioredis" ]; then
   need_tool npm npm "ioredis RESP port"
   echo "==> installing ioredis (npm) for the RESP port test"

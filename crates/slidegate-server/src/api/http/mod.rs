@@ -17,7 +17,12 @@
 //! | `GET /v1/stats` | what the status page shows, as JSON ([`Snapshot`](crate::telemetry::stats::Snapshot)); admin token as for `/ui` |
 //! | `GET /v1/config` | the rules in force as JSON: domains, their origin (`file` or `runtime`), files or version, descriptors and limits, when loaded, and the runtime layer's state; admin token as for `/ui` |
 //! | `PUT`, `GET`, `DELETE /v1/keys/{key}/limit` | the key's limits set at run time (`{"rules": [...]}`), which `POST /v1/acquire {"key": ...}` decides under; writes need the admin token (403 `admin_token_not_configured` without one configured), reads too once one is set; `If-Match: "VERSION"` or 412 |
+//! | `GET /openapi.json` | this API's OpenAPI 3.1 document (public: no token) |
 //! | `GET /v1/config/domains`, `PUT`, `GET`, `DELETE /v1/config/domains/{domain}` | Envoy domains set at run time, YAML or JSON by `Content-Type` (415 otherwise), checked as files are; the same token rules and `If-Match` |
+//!
+//! The routes and their methods are listed once, in [`routes::ROUTES`],
+//! which the router is built from and `tests/openapi.rs` holds the
+//! OpenAPI document to.
 //!
 //! The admin token is checked by one extractor (`auth.rs`) on every route
 //! that needs it (Bearer or Basic, the scheme's name in any case). Every answer carries
@@ -39,7 +44,7 @@
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{any, get, post};
+use axum::routing::{MethodRouter, any, delete, get, post};
 use http::StatusCode;
 use slidegate::Store;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -61,8 +66,10 @@ mod json;
 mod layer;
 mod leases;
 mod limits;
+mod openapi;
 mod ops;
 pub mod request;
+pub mod routes;
 mod state;
 mod status;
 mod versions;
@@ -72,7 +79,9 @@ pub use body::{JsonBody, MAX_BODY_BYTES};
 pub use decision_json::DecisionBody;
 pub use error::{ApiError, ErrorCode};
 pub use layer::{Api, ApiFuture, ApiLayer};
+pub use openapi::OPENAPI_JSON;
 pub use ops::READY_TIMEOUT;
+use routes::{Endpoint, ROUTES};
 pub use state::AppState;
 
 /// How long one request may take, body included, before a 408. It also
@@ -81,43 +90,11 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The whole API, ready to be served.
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
-    let router = Router::new()
-        .route("/v1/acquire", post(acquire::acquire::<S>))
-        .route("/v1/leases/{id}/commit", post(leases::commit::<S>))
-        .route(
-            "/v1/leases/{id}",
-            axum::routing::delete(leases::release::<S>),
-        )
-        .route("/v1/check", post(check::check::<S>))
-        .route("/json", post(check::check::<S>))
-        .route(
-            "/v1/forward-auth/{domain}",
-            any(forward_auth::forward_auth::<S>),
-        )
-        .route(
-            "/v1/keys/{key}",
-            get(acquire::peek::<S>).delete(admin::reset::<S>),
-        )
-        .route(
-            "/v1/keys/{key}/limit",
-            get(limits::get::<S>)
-                .put(limits::put::<S>)
-                .delete(limits::delete::<S>),
-        )
-        .route("/v1/config/domains", get(domains::list::<S>))
-        .route(
-            "/v1/config/domains/{domain}",
-            get(domains::get::<S>)
-                .put(domains::put::<S>)
-                .delete(domains::delete::<S>),
-        )
-        .route("/healthz", get(ops::healthz))
-        .route("/readyz", get(ops::readyz::<S>))
-        .route("/metrics", get(ops::metrics_text::<S>))
-        .route("/ui", get(status::page))
-        .route("/ui/{asset}", get(status::asset))
-        .route("/v1/stats", get(status::stats::<S>))
-        .route("/v1/config", get(status::config::<S>))
+    let mut router = Router::new();
+    for route in ROUTES {
+        router = router.route(route.path, handlers::<S>(route.endpoint));
+    }
+    let router = router
         .fallback(ops::not_found)
         .with_state(state)
         .layer(CatchPanicLayer::custom(error::panic_response))
@@ -133,6 +110,34 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         router
     };
     router.layer(TraceLayer::new_for_http().on_failure(log_failure))
+}
+
+/// The handlers of `endpoint`, one per method it answers (the methods
+/// [`ROUTES`] lists for it: `tests/openapi.rs` probes each).
+fn handlers<S: Store + 'static>(endpoint: Endpoint) -> MethodRouter<AppState<S>> {
+    match endpoint {
+        Endpoint::Acquire => post(acquire::acquire::<S>),
+        Endpoint::LeaseCommit => post(leases::commit::<S>),
+        Endpoint::LeaseRelease => delete(leases::release::<S>),
+        Endpoint::Check | Endpoint::CheckJson => post(check::check::<S>),
+        Endpoint::ForwardAuth => any(forward_auth::forward_auth::<S>),
+        Endpoint::Key => get(acquire::peek::<S>).delete(admin::reset::<S>),
+        Endpoint::KeyLimit => get(limits::get::<S>)
+            .put(limits::put::<S>)
+            .delete(limits::delete::<S>),
+        Endpoint::Domains => get(domains::list::<S>),
+        Endpoint::Domain => get(domains::get::<S>)
+            .put(domains::put::<S>)
+            .delete(domains::delete::<S>),
+        Endpoint::Healthz => get(ops::healthz),
+        Endpoint::Readyz => get(ops::readyz::<S>),
+        Endpoint::Metrics => get(ops::metrics_text::<S>),
+        Endpoint::Ui => get(status::page),
+        Endpoint::UiAsset => get(status::asset),
+        Endpoint::Stats => get(status::stats::<S>),
+        Endpoint::Config => get(status::config::<S>),
+        Endpoint::OpenApi => get(openapi::document),
+    }
 }
 
 /// tower-http's failure log, but a 503 at DEBUG: it is the answer of a

@@ -105,6 +105,6 @@ fn log_not_ready(error: &str) {
 pub(super) async fn not_found() -> ApiError {
     ApiError::new(
         ErrorCode::NotFound,
-        "no such route; the API has POST /v1/acquire, POST /v1/leases/{id}/commit, DELETE /v1/leases/{id}, POST /v1/check, POST /json (envoyproxy/ratelimit's name for /v1/check), ANY /v1/forward-auth/{domain}, GET and DELETE /v1/keys/{key}, PUT, GET and DELETE /v1/keys/{key}/limit, GET /v1/config/domains, PUT, GET and DELETE /v1/config/domains/{domain}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats and GET /v1/config",
+        "no such route; the API has POST /v1/acquire, POST /v1/leases/{id}/commit, DELETE /v1/leases/{id}, POST /v1/check, POST /json (envoyproxy/ratelimit's name for /v1/check), ANY /v1/forward-auth/{domain}, GET and DELETE /v1/keys/{key}, PUT, GET and DELETE /v1/keys/{key}/limit, GET /v1/config/domains, PUT, GET and DELETE /v1/config/domains/{domain}, GET /healthz, GET /readyz, GET /metrics, GET /ui, GET /v1/stats, GET /v1/config and GET /openapi.json (this API's OpenAPI document)",
     )
 }
