@@ -174,10 +174,10 @@ if [ "$callgrind" = 1 ]; then
       gen "$kind" "$sha" "$keys" 100 1000 "$RATE" 60000 65000 3600000 >"$WORK/measure.resp"
       cli flushall >/dev/null
       cli --pipe <"$WORK/warm.resp" >/dev/null
-      callgrind_control -z "$REDIS_PID" >/dev/null
+      callgrind_control -z "$REDIS_PID" >/dev/null 2>&1
       cli --pipe <"$WORK/measure.resp" >/dev/null
       rm -f "$WORK"/callgrind.*
-      callgrind_control -d "$REDIS_PID" >/dev/null
+      callgrind_control -d "$REDIS_PID" >/dev/null 2>&1
       sleep 1
       total=$(grep -h -E '^(summary|totals):' "$WORK"/callgrind.* | head -1 | awk '{print $2}')
       INSTR[$kind,$keys]=$((total / 5000))
