@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -703,6 +704,71 @@ async fn an_admission_clamped_to_a_newer_record_extends_the_expiry() {
         ttl > 14_900,
         "the key expires in {ttl} ms: before the newest record leaves the window on the clock behind (15 s)"
     );
+}
+
+/// A key seen a few times a window, its admissions 6 s apart: each one
+/// must move the key's expiry (rule 5/10s), and a small log is then
+/// rewritten whole with one `SET ... PX`, so a decision costs two Redis
+/// commands per rule (GETRANGE, SET), never three (GETRANGE, SETRANGE,
+/// PEXPIRE). For one hit (the script's inline path) and for two rules
+/// (its general path, where the 7/20s key moves its expiry less often).
+/// The logs and the TTL left behind are checked too: records that left
+/// the window are dropped by the rewrite, live ones kept.
+#[tokio::test]
+async fn a_cold_admission_is_two_redis_commands_per_rule() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let t = 1_763_800_000_000_000u64;
+    let clock = ManualClock::at(t);
+    let store = RedisStore::builder(server.url())
+        .client_clock(clock.clone())
+        .expiry_margin(Duration::from_millis(1))
+        .build()
+        .await
+        .expect("connects");
+    let ten = Rule::parse("5/10s").expect("a valid rule");
+    let twenty = Rule::parse("7/20s").expect("a valid rule");
+    for rules in [&[ten][..], &[ten, twenty][..]] {
+        let key = format!("cold-{}", rules.len());
+        for step in 0..4u64 {
+            clock.set(t + step * 6_000_000);
+            server
+                .command(&["CONFIG", "RESETSTAT"])
+                .expect("CONFIG RESETSTAT");
+            let decision = store.acquire(&key, rules, 1).await.expect("a decision");
+            let commands = server.commands_received();
+            // The script's own commands: what the EVALSHA ran (the first
+            // one loads the script too).
+            let ran: BTreeMap<&str, u64> = commands
+                .iter()
+                .filter(|(name, _)| {
+                    !matches!(
+                        name.as_str(),
+                        "evalsha" | "script|load" | "auth" | "info" | "config|resetstat"
+                    )
+                })
+                .map(|(name, calls)| (name.as_str(), *calls))
+                .collect();
+            let total: u64 = ran.values().sum();
+            assert!(
+                total <= 2 * rules.len() as u64 && !ran.contains_key("pexpire"),
+                "{key}, admission {step}: {ran:?}"
+            );
+            // 5/10s: the admissions of the last 10 s (at most two).
+            assert_eq!(decision.remaining(), 5 - (step + 1).min(2), "{key}");
+        }
+        let log = read_log(&mut conn, &store.state_key(&key, ten)).await;
+        assert_eq!(log, vec![(t + 12_000_000, 1), (t + 18_000_000, 1)], "{key}");
+        // The expiry, last moved at t + 18 s: half a window past the
+        // newest record's window, plus the 1 ms margin.
+        let ttl: i64 = conn.pttl(store.state_key(&key, ten)).await.expect("PTTL");
+        assert!((14_900..=15_002).contains(&ttl), "{key}: PTTL {ttl}");
+        if rules.len() == 2 {
+            let log = read_log(&mut conn, &store.state_key(&key, twenty)).await;
+            let every: Vec<(u64, u64)> = (0..4).map(|i| (t + i * 6_000_000, 1)).collect();
+            assert_eq!(log, every, "{key}");
+        }
+    }
 }
 
 #[tokio::test]

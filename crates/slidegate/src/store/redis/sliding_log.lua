@@ -44,8 +44,10 @@
 -- expired ones or find the deciding one, each search O(log n) records
 -- (so a decision's Redis time is bounded however many expired records a
 -- long idle left behind). An admission writes the newest
--- record and the header with one SETRANGE (or SET when the log starts or
--- is compacted).
+-- record and the header with one SETRANGE, or the whole value with one
+-- SET ... PX when the log starts, is compacted, or must move its expiry
+-- while all its live records are in hand (a small log: two commands a
+-- decision, never GETRANGE, SETRANGE and PEXPIRE).
 --
 -- Built on first use in a batch.
 
@@ -323,7 +325,17 @@ local function build_sliding_log()
         format('%d', ttl_ms(st.exp, now, margin)))
       return
     end
-    if st.s >= 64 and st.s > st.e - st.s then
+    -- As in sliding_log_one.lua: the expiry moves when the key would
+    -- otherwise expire too early, or for a record clamped to the newest
+    -- (st.nt ahead of this caller's now).
+    local expire = st.exp < deadline or st.nt > now
+    if st.exp < deadline then
+      st.exp = deadline + slack
+    end
+    if (st.s >= 64 and st.s > st.e - st.s) or (expire and st.s >= st.rawstart) then
+      -- Rewritten whole, live records only, with one SET ... PX: when as
+      -- many bytes are dead as live, or when the expiry moves and every
+      -- live record is in hand (one write instead of SETRANGE and PEXPIRE).
       local kept = ''
       if pos > st.s then
         if st.s >= st.rawstart then
@@ -332,17 +344,10 @@ local function build_sliding_log()
           kept = redis.call('GETRANGE', st.key, format('%d', st.s), format('%d', pos - 1))
         end
       end
-      st.exp = deadline + slack
       redis.call('SET', st.key, kept .. bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT, 254, st.H,
         st.o1, st.T1, st.nt, st.nT, 0, st.e - st.s, st.exp, st.fmt, st.ow, st.tw), 'PX',
         format('%d', ttl_ms(st.exp, now, margin)))
       return
-    end
-    -- As in sliding_log_one.lua: a record clamped to the newest (st.nt
-    -- ahead of this caller's now) moves the expiry too.
-    local expire = st.exp < deadline or st.nt > now
-    if st.exp < deadline then
-      st.exp = deadline + slack
     end
     redis.call('SETRANGE', st.key, format('%d', pos), bpack(st.fmt .. 'Bddddddddc5BB', st.nt, st.nT,
       254, st.H, st.o1, st.T1, st.nt, st.nT, st.s, st.e, st.exp, st.fmt, st.ow, st.tw))

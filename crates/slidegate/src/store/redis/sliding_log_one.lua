@@ -3,7 +3,8 @@
 -- serves batches of hits), on locals, with no table and no closure (a
 -- closure over these locals costs more than a redis.call). Deciding takes
 -- one GETRANGE (and TIME once per call), admitting one more call
--- (SETRANGE, or SET when the log starts or is compacted). A denial decided
+-- (SETRANGE, or SET ... PX when the log starts, is compacted, or moves
+-- its expiry with every live record in hand). A denial decided
 -- by any record but the oldest live one (costs above 1, or a record given
 -- back by a cross-slot undo) falls through to the general code, which
 -- decides afresh: nothing has been written by then.
@@ -182,8 +183,22 @@ else
       H, T1, nT = H - d, T1 - d, nT - d
     end
     local pos, slack = e - rec, (W - W % 2) / 2
-    if s >= 64 and s > e - s then
-      -- As many bytes dead as live: rewrite the live ones (O(1) amortized).
+    -- The expiry moves only when the key would otherwise expire too
+    -- early, and then half a window further: a busy key sets it once per
+    -- half window. An admission clamped to the newest record (a caller
+    -- whose clock is behind the one that wrote it) sets it too: the TTL
+    -- that caller set was measured on a clock ahead of this one.
+    if exp < deadline then
+      exp, expire = deadline + slack, true
+    elseif t > now then
+      expire = true
+    end
+    if (s >= 64 and s > e - s) or (expire and s >= rawstart) then
+      -- Rewritten whole, live records only, with one SET ... PX: when as
+      -- many bytes are dead as live (O(1) amortized), and whenever the
+      -- expiry moves and every live record is in hand (a small log: the
+      -- common admission of a key seen a few times a window), where
+      -- SETRANGE and PEXPIRE would take two writes.
       local kept = ''
       if pos > s then
         if s >= rawstart then
@@ -192,20 +207,10 @@ else
           kept = redis.call('GETRANGE', key, format('%d', s), format('%d', pos - 1))
         end
       end
-      exp, expire = deadline + slack, true
+      expire = true
       value = kept .. bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
     else
-      -- Usually: the newest record and the header, in place. The expiry
-      -- moves only when the key would otherwise expire too early, and then
-      -- half a window further: a busy key sets it once per half window.
-      -- An admission clamped to the newest record (a caller whose clock
-      -- is behind the one that wrote it) sets it too: the TTL that caller
-      -- set was measured on a clock ahead of this one.
-      if exp < deadline then
-        exp, expire = deadline + slack, true
-      elseif t > now then
-        expire = true
-      end
+      -- Usually: the newest record and the header, in place.
       offset = pos
       value = bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
     end
