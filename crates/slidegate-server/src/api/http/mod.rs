@@ -40,12 +40,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{any, get, post};
-use http::StatusCode;
 use slidegate::Store;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
 
 mod acquire;
 mod admin;
@@ -120,30 +115,13 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
         .route("/v1/config", get(status::config::<S>))
         .fallback(ops::not_found)
         .with_state(state)
-        .layer(CatchPanicLayer::custom(error::panic_response))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            REQUEST_TIMEOUT,
-        ))
+        // One layer for the panics, the deadline, the error bodies and the
+        // failure log: each layer here costs every request a boxed future.
         .layer(ApiLayer);
     // Only with tracing on: a layer costs every request even when idle.
-    let router = if crate::spans::enabled() {
+    if crate::spans::enabled() {
         router.layer(axum::middleware::from_fn(crate::spans::trace_context))
     } else {
         router
-    };
-    router.layer(TraceLayer::new_for_http().on_failure(log_failure))
-}
-
-/// tower-http's failure log, but a 503 at DEBUG: it is the answer of a
-/// store that is not ready, or of too many waiters, which the code that
-/// answers it logs once in a while (`/readyz` is probed every few
-/// seconds; an ERROR line per probe would bury the cause).
-fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
-    match class {
-        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
-            tracing::debug!(classification = %class, ?latency, "response failed");
-        }
-        class => tracing::error!(classification = %class, ?latency, "response failed"),
     }
 }
