@@ -19,6 +19,7 @@ use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -28,9 +29,12 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 use tower::{Layer, Service};
 
-use super::REQUEST_TIMEOUT;
 use super::error::{json_errors, panic_response};
 use crate::telemetry::metrics::{InFlight, Protocol};
+
+/// How long one request may take, body included, before a 408. It also
+/// bounds how long a graceful shutdown waits for a slow client.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Counts each API request in flight, answers panics (500) and requests
 /// past [`REQUEST_TIMEOUT`] (408), gives the framework's bare error
@@ -164,7 +168,6 @@ fn log_failure(status: StatusCode) {
 #[cfg(test)]
 mod tests {
     use std::convert::Infallible;
-    use std::time::Duration;
 
     use axum::body::Body;
     use http::header::CONTENT_TYPE;

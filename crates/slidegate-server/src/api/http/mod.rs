@@ -36,8 +36,6 @@
 //! handlers read the request, call the [`Limiter`](crate::limiter::Limiter)
 //! and write its answer, nothing else.
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::routing::{any, get, post};
 use slidegate::Store;
@@ -66,13 +64,9 @@ pub mod waiting;
 pub use body::{JsonBody, MAX_BODY_BYTES};
 pub use decision_json::DecisionBody;
 pub use error::{ApiError, ErrorCode};
-pub use layer::{Api, ApiFuture, ApiLayer};
+pub use layer::{Api, ApiFuture, ApiLayer, REQUEST_TIMEOUT};
 pub use ops::READY_TIMEOUT;
 pub use state::AppState;
-
-/// How long one request may take, body included, before a 408. It also
-/// bounds how long a graceful shutdown waits for a slow client.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The whole API, ready to be served.
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
