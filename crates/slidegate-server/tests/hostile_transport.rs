@@ -179,6 +179,29 @@ fn an_idle_keep_alive_connection_is_closed_at_the_idle_timeout_not_before() {
 }
 
 #[test]
+fn a_head_begun_on_an_idle_connection_is_closed_at_the_header_timeout_from_its_first_byte() {
+    // The idle deadline (60 s) is far later than the head's: the connection's
+    // timer must move to the earlier one, not wait for the idle one.
+    let server = Slidegate::start(&["--header-timeout", "1s", "--idle-timeout", "60s"]);
+    let mut stream = connect(server.http);
+    healthz_on(&mut stream);
+    // Past the first head's deadline, so that the timer set for it has fired.
+    std::thread::sleep(Duration::from_millis(1_500));
+    stream
+        .write_all(b"POST /v1/acquire HTTP/1.1\r\nhost: slidegate\r\ncontent-")
+        .expect("half a head is sent");
+    let closed = closed_within(&mut stream, Duration::from_secs(1) + SLACK)
+        .expect("a head begun on an idle connection outlived --header-timeout 1s");
+    assert!(
+        closed >= Duration::from_millis(900),
+        "closed after {closed:?}, before the header timeout"
+    );
+    eprintln!(
+        "a head begun on an idle connection was closed after {closed:?} (--header-timeout 1s)"
+    );
+}
+
+#[test]
 fn a_keep_alive_connection_serves_a_request_sent_before_the_idle_timeout() {
     let server = Slidegate::start(&["--header-timeout", "1s", "--idle-timeout", "3s"]);
     let mut stream = connect(server.http);

@@ -292,35 +292,47 @@ impl Conn {
     }
 
     /// Fails once the current phase's deadline has passed. Phases move in
-    /// other places (a request dispatched or answered), so the timer is
-    /// set again here, on the connection's next read or write: every
+    /// other places (a request dispatched or answered), so the deadline is
+    /// looked at here, on the connection's next read or write: every
     /// change of phase is followed by one.
+    ///
+    /// The timer only ever moves to an earlier time. A keep-alive
+    /// connection's deadline moves later with every request (idle until
+    /// then, a new head from its first byte); setting the timer for each
+    /// would cost every request two trips to the runtime's timer wheel.
+    /// Instead a timer that fires before the deadline now in force is set
+    /// again to it then, about once per timeout, and the connection still
+    /// fails at its deadline to the tick.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        let deadline = self.clock.io_deadline();
-        let at = deadline.map(|(at, _)| at);
-        if at != self.armed {
-            if let Some(at) = at {
+        let Some((at, phase)) = self.clock.io_deadline() else {
+            return Ok(());
+        };
+        loop {
+            if self.armed.is_none_or(|armed| armed > at) {
                 self.timer.as_mut().reset(at);
+                self.armed = Some(at);
             }
-            self.armed = at;
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return Ok(());
+            }
+            if self.armed == Some(at) {
+                break;
+            }
+            // Fired at an earlier deadline, since moved on: set it again.
+            self.armed = None;
         }
-        if let Some((_, phase)) = deadline
-            && self.timer.as_mut().poll(cx).is_ready()
-        {
-            let listener = self.clock.protocol.name();
-            metrics::counter!(
-                "slidegate_connection_timeouts_total",
-                "listener" => listener,
-                "phase" => phase
-            )
-            .increment(1);
-            tracing::debug!(listener, peer = %self.peer, phase, "connection timed out");
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("the connection's {phase} timeout passed"),
-            ));
-        }
-        Ok(())
+        let listener = self.clock.protocol.name();
+        metrics::counter!(
+            "slidegate_connection_timeouts_total",
+            "listener" => listener,
+            "phase" => phase
+        )
+        .increment(1);
+        tracing::debug!(listener, peer = %self.peer, phase, "connection timed out");
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the connection's {phase} timeout passed"),
+        ))
     }
 }
 

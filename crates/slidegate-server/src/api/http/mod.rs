@@ -41,16 +41,9 @@
 //! handlers read the request, call the [`Limiter`](crate::limiter::Limiter)
 //! and write its answer, nothing else.
 
-use std::time::Duration;
-
 use axum::Router;
 use axum::routing::{MethodRouter, any, delete, get, post};
-use http::StatusCode;
 use slidegate::Store;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::classify::ServerErrorsFailureClass;
-use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
 
 mod acquire;
 mod admin;
@@ -78,15 +71,11 @@ pub mod waiting;
 pub use body::{JsonBody, MAX_BODY_BYTES};
 pub use decision_json::DecisionBody;
 pub use error::{ApiError, ErrorCode};
-pub use layer::{Api, ApiFuture, ApiLayer};
+pub use layer::{Api, ApiFuture, ApiLayer, REQUEST_TIMEOUT};
 pub use openapi::OPENAPI_JSON;
 pub use ops::READY_TIMEOUT;
 use routes::{Endpoint, ROUTES};
 pub use state::AppState;
-
-/// How long one request may take, body included, before a 408. It also
-/// bounds how long a graceful shutdown waits for a slow client.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The whole API, ready to be served.
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
@@ -97,19 +86,15 @@ pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
     let router = router
         .fallback(ops::not_found)
         .with_state(state)
-        .layer(CatchPanicLayer::custom(error::panic_response))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            REQUEST_TIMEOUT,
-        ))
+        // One layer for the panics, the deadline, the error bodies and the
+        // failure log: each layer here costs every request a boxed future.
         .layer(ApiLayer);
     // Only with tracing on: a layer costs every request even when idle.
-    let router = if crate::spans::enabled() {
+    if crate::spans::enabled() {
         router.layer(axum::middleware::from_fn(crate::spans::trace_context))
     } else {
         router
-    };
-    router.layer(TraceLayer::new_for_http().on_failure(log_failure))
+    }
 }
 
 /// The handlers of `endpoint`, one per method it answers (the methods
@@ -137,18 +122,5 @@ fn handlers<S: Store + 'static>(endpoint: Endpoint) -> MethodRouter<AppState<S>>
         Endpoint::Stats => get(status::stats::<S>),
         Endpoint::Config => get(status::config::<S>),
         Endpoint::OpenApi => get(openapi::document),
-    }
-}
-
-/// tower-http's failure log, but a 503 at DEBUG: it is the answer of a
-/// store that is not ready, or of too many waiters, which the code that
-/// answers it logs once in a while (`/readyz` is probed every few
-/// seconds; an ERROR line per probe would bury the cause).
-fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
-    match class {
-        ServerErrorsFailureClass::StatusCode(StatusCode::SERVICE_UNAVAILABLE) => {
-            tracing::debug!(classification = %class, ?latency, "response failed");
-        }
-        class => tracing::error!(classification = %class, ?latency, "response failed"),
     }
 }
