@@ -138,9 +138,11 @@ mod builder;
 mod decide;
 mod fallback;
 mod head;
+mod hold;
 mod in_flight;
 mod key;
 mod layer;
+mod leased;
 mod policies;
 mod proxy;
 mod response;
@@ -149,10 +151,11 @@ mod service;
 
 pub use body::{RejectionBody, ResponseBody};
 pub use build_error::BuildError;
-pub use builder::{IntoRule, RateLimitBuilder};
+pub use builder::{DEFAULT_IN_FLIGHT_LEASE, IntoRule, RateLimitBuilder};
 pub use fallback::{MissingKey, OnStoreError};
 pub use head::RequestHead;
-pub use in_flight::{HeldBody, InFlight, InFlightLayer};
+pub use hold::{HeldBody, Holding, ReportedCost};
+pub use in_flight::{InFlight, InFlightLayer};
 pub use key::{
     And, ClientIp, DEFAULT_IPV6_PREFIX, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor,
     KeyWriter, NoKey, PathKey, PeerIp, Route,
