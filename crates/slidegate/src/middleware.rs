@@ -142,6 +142,7 @@ mod hold;
 mod in_flight;
 mod key;
 mod layer;
+mod lease_options;
 mod leased;
 mod policies;
 mod proxy;

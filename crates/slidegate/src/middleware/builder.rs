@@ -12,7 +12,7 @@ use super::fallback::{MissingKey, OnStoreError};
 use super::head::RequestHead;
 use super::key::KeyExtractor;
 use super::layer::RateLimitLayer;
-use super::leased::{IN_FLIGHT_POLICY, InFlightRule, LeaseOptions};
+use super::lease_options::{IN_FLIGHT_POLICY, InFlightRule, LeaseOptions};
 use super::policies::PolicySet;
 use super::response::Rejection;
 use super::runtime_rules::RuntimeRules;

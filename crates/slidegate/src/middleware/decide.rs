@@ -12,7 +12,7 @@ use super::body::RejectionBody;
 use super::fallback::{MissingKey, OnStoreError};
 use super::head::RequestHead;
 use super::key::{KeyExtractor, KeyWriter, NoKey};
-use super::leased::LeaseOptions;
+use super::lease_options::LeaseOptions;
 use super::policies::PolicySet;
 use super::response::{self, DEGRADED, Rejection};
 use super::runtime_rules::RuntimeRules;

@@ -5,34 +5,12 @@
 //! ends ([`Holding`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::decide::{Config, Decisions, Verdict};
 use super::hold::{Budget, Holding, Place, ReportedCost};
+use super::lease_options::LeaseOptions;
 use super::policies::PolicySet;
-use crate::rate::Rule;
 use crate::store::contract::Store;
-
-/// The policy name of an in-flight limit in the `RateLimit` fields.
-pub(crate) const IN_FLIGHT_POLICY: &str = "in-flight";
-
-/// The leases a layer takes per request.
-#[derive(Debug)]
-pub(crate) struct LeaseOptions {
-    pub in_flight: Option<InFlightRule>,
-    /// The lease time of a reserved budget.
-    pub budget: Option<Duration>,
-}
-
-/// At most `rule.limit()` requests in flight per key, each place held
-/// for at most `lease`.
-#[derive(Debug)]
-pub(crate) struct InFlightRule {
-    pub rule: Rule,
-    pub lease: Duration,
-    /// Its policy, for the `RateLimit` fields of a refusal.
-    pub policies: PolicySet,
-}
 
 /// A request decided with leases.
 pub(crate) struct Leased {
