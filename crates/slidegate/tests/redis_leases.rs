@@ -122,3 +122,37 @@ async fn a_lease_on_a_gcra_rule_with_a_burst_is_refused_not_misjudged() {
         .expect("a lease");
     assert!(lease.id().is_some());
 }
+
+/// A waiter for a place whose future is dropped (its client gone) leaves
+/// the queue at once: a request that does not wait is not held back by
+/// it once the place is free. Left behind, it would count ahead of
+/// everyone until its queue expired with its wait, 8 s: the test allows 3.
+#[tokio::test]
+async fn a_waiter_dropped_leaves_the_queue() {
+    let server = RedisServer::start();
+    let (store, _clock) = node(&server).await;
+    let places = [Rule::concurrency(1).unwrap()];
+    let minute = Duration::from_secs(60);
+    let held = store.reserve_lease("k", &places, 1, minute).await.unwrap();
+    assert!(held.granted());
+    let waiting = store.reserve_lease_wait("k", &places, 1, minute, Duration::from_secs(8));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), waiting)
+            .await
+            .is_err(),
+        "no place frees: it waits"
+    );
+    store.release(held.id().unwrap(), Some("k")).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let lease = store.reserve_lease("k", &places, 1, minute).await.unwrap();
+        if lease.granted() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped waiter still holds the queue"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

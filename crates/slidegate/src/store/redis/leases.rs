@@ -16,18 +16,21 @@
 //! - **Places** are one per lease and rule (a member of the rule's sorted
 //!   set): a lease of places takes exactly one place on Redis.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::codes::{BUDGET_LEASE, Mode, PLACES_LEASE, options_code};
 use super::inner::{Connection, Inner};
 use super::keys::{lease_key, open_leases_key, slot_of, write_state_key};
 use super::script::{NUMBER, Part, plain_call, push_key};
+use super::turns::ASK_AGAIN;
 use crate::decision::{Decision, micros};
 use crate::error::{Error, Result};
 use crate::rate::{Algorithm, Rate, Rule};
 use crate::store::lease::{
     Lease, LeaseKind, Settled, check_lease, hex, parse_hex, random_id, retention,
 };
+use crate::store::reserve::MAX_WAIT;
 
 /// Numbers per rule in a decision's reply.
 const REPLY_NUMBERS: usize = 4;
@@ -39,6 +42,89 @@ pub(super) async fn reserve(
     rules: &[Rule],
     cost: u64,
     time: Duration,
+) -> Result<Lease> {
+    reserve_as(inner, key, rules, cost, time, None).await
+}
+
+/// A waiter for places: its ticket and its deadline on the script's
+/// clock (µs), which name its member of the queues.
+struct Waiter {
+    ticket: String,
+    deadline: u64,
+}
+
+impl Waiter {
+    /// Its member of the queues, as `concurrency.lua` writes it.
+    fn member(&self) -> String {
+        format!("{}:{}", self.ticket, self.deadline)
+    }
+}
+
+/// Reserves a lease of places on `key` under `rules` for `time`, waiting
+/// up to `max_wait` in arrival order (see `turns.rs`).
+pub(super) async fn reserve_in_turn(
+    inner: &Arc<Inner>,
+    key: &str,
+    rules: &[Rule],
+    time: Duration,
+    max_wait: Duration,
+) -> Result<Lease> {
+    let started = Instant::now();
+    let max_wait = max_wait.min(MAX_WAIT);
+    let deadline = started + max_wait;
+    let clock = match now(inner) {
+        Some(now) => now,
+        None => redis_now(inner, key).await?,
+    };
+    let waiter = Waiter {
+        ticket: hex(&random_id()?),
+        deadline: clock + micros(max_wait).max(1),
+    };
+    let queued = Queued::new(inner, key, rules, waiter.member());
+    let bell = inner.turns.bell(&inner.feed, key);
+    loop {
+        // Listening before asking: a release between the answer and the
+        // sleep still wakes this waiter.
+        let rung = bell.notified();
+        tokio::pin!(rung);
+        rung.as_mut().enable();
+        let lease = reserve_as(inner, key, rules, 1, time, Some(&waiter)).await?;
+        if lease.granted() {
+            queued.served();
+            return Ok(lease.after_waiting(started.elapsed()));
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            // `queued` leaves the queues as it drops.
+            return Ok(lease.after_waiting(started.elapsed()));
+        }
+        let nap = lease
+            .decision()
+            .retry_after()
+            .min(ASK_AGAIN)
+            .clamp(Duration::from_millis(1), left);
+        let _ = tokio::time::timeout(nap, rung).await;
+    }
+}
+
+/// Redis' clock on the node of `key`, in µs: what the scripts read when
+/// the store sends no time of its own.
+async fn redis_now(inner: &Inner, key: &str) -> Result<u64> {
+    let mut stem = Vec::new();
+    super::keys::write_stem(&mut stem, &inner.prefix, key);
+    let route = String::from_utf8_lossy(&stem).into_owned();
+    let (seconds, micros): (u64, u64) = inner.query(&redis::cmd("TIME"), &route).await?;
+    Ok(seconds * 1_000_000 + micros)
+}
+
+/// [`reserve`], as the waiter `waiter` when given (places only).
+async fn reserve_as(
+    inner: &Inner,
+    key: &str,
+    rules: &[Rule],
+    cost: u64,
+    time: Duration,
+    waiter: Option<&Waiter>,
 ) -> Result<Lease> {
     let kind = check_lease(rules, cost, time)?;
     if kind == LeaseKind::Places && cost != 1 {
@@ -109,14 +195,17 @@ pub(super) async fn reserve(
             put(time_us as f64);
             put(retain as f64);
             put(most as f64);
-            // Not a waiter: deadline 0, never queued.
-            put(0.0);
-            put(0.0);
+            // A waiter's deadline, and whether to queue it when denied
+            // (deadline 0: not a waiter, never queued).
+            put(waiter.map_or(0.0, |w| w.deadline as f64));
+            put(if waiter.is_some() { 1.0 } else { 0.0 });
         }
     }
     let part = Part::new(buf, keys_end, nkeys, slot);
     let mut cmd = plain_call(&part, now(inner), inner.calls.margin_ms);
-    cmd.arg(&id).arg(key).arg("");
+    cmd.arg(&id)
+        .arg(key)
+        .arg(waiter.map_or("", |w| w.ticket.as_str()));
     let max = inner.max_leases;
     let reply = inner
         .eval(&cmd, key, |e| {
@@ -325,4 +414,69 @@ fn number(bytes: &[u8]) -> Result<u64> {
 /// True on a Redis Cluster, where the set of open leases is not counted.
 fn is_cluster(inner: &Inner) -> bool {
     matches!(inner.connection, Connection::Cluster(_))
+}
+
+/// A waiter's place in its key's queues: taken out of them when dropped
+/// unless [`served`](Self::served) (the script took it out on granting).
+pub(super) struct Queued {
+    inner: Arc<Inner>,
+    key: String,
+    queues: Vec<String>,
+    member: String,
+    served: bool,
+}
+
+impl Queued {
+    /// The waiter `member` of `key` under `rules`.
+    pub(super) fn new(inner: &Arc<Inner>, key: &str, rules: &[Rule], member: String) -> Queued {
+        let queues = rules
+            .iter()
+            .map(|&rule| {
+                let mut queue = Vec::new();
+                write_state_key(&mut queue, &inner.prefix, key, rule);
+                queue.extend_from_slice(b":q");
+                String::from_utf8_lossy(&queue).into_owned()
+            })
+            .collect();
+        Queued {
+            inner: Arc::clone(inner),
+            key: key.to_owned(),
+            queues,
+            member,
+            served: false,
+        }
+    }
+
+    /// The waiter got its places: nothing to take out.
+    pub(super) fn served(mut self) {
+        self.served = true;
+    }
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        if self.served {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // Dropped once its deadline passes, at the queue's head.
+            return;
+        };
+        let inner = Arc::clone(&self.inner);
+        let (key, queues, member) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.queues),
+            std::mem::take(&mut self.member),
+        );
+        runtime.spawn(async move {
+            for queue in &queues {
+                let mut leave = redis::cmd("ZREM");
+                leave.arg(queue).arg(&member);
+                // Not reached: it is dropped once its deadline passes.
+                if let Err(error) = inner.query::<i64>(&leave, queue).await {
+                    tracing::debug!(%error, key, "a waiter could not leave its queue");
+                }
+            }
+        });
+    }
 }
