@@ -124,6 +124,16 @@
 //! server with `Server::builder().layer(limit)`; keys can come from
 //! metadata ([`Key::header`]) or the method path ([`Key::path`]).
 //!
+//! # Leases: places in flight, budgets reserved
+//!
+//! [`max_in_flight`](RateLimitBuilder::max_in_flight) holds a place per
+//! request (per key, across processes) until its response body ends;
+//! [`reserve_and_commit`](RateLimitBuilder::reserve_and_commit) reserves
+//! the cost function's estimate before the inner service runs and
+//! commits what the handler reports ([`ReportedCost`]) when the body
+//! ends. Both are settled on every path a request can end by (see
+//! [`Holding`]), and both take the boxed path: a lease is awaited.
+//!
 //! # Several layers
 //!
 //! Each layer is one key and its rules. Limits on different keys (per user
