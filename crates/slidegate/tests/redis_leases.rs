@@ -156,3 +156,52 @@ async fn a_waiter_dropped_leaves_the_queue() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// `max_leases` on a cluster: the scenario of one Redis, and leases of
+/// keys in different slots counted together.
+#[tokio::test]
+async fn on_a_cluster_open_leases_are_bounded_across_slots() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::at(1_000_000);
+    let store = store_on(cluster.url(), &clock, 5).await;
+    scenario::open_leases_are_bounded(&store, &clock, 5, "k").await;
+
+    let clock = ManualClock::at(1_000_000);
+    let store = RedisStore::builder(cluster.url())
+        .timeout(Duration::from_secs(2))
+        .client_clock(clock.clone())
+        .max_leases(3)
+        .prefix("apart")
+        .build()
+        .await
+        .expect("the Redis store connects");
+    let rule = Rule::parse("1000/1m").unwrap();
+    let minute = Duration::from_secs(60);
+    let keys = ["a", "b", "c", "d"];
+    let slots: std::collections::BTreeSet<u16> = keys
+        .iter()
+        .map(|k| common::redis_server::key_slot(k))
+        .collect();
+    assert!(slots.len() >= 3, "the keys are in different slots");
+    let mut ids = Vec::new();
+    for key in &keys[..3] {
+        let lease = store.reserve_lease(key, &[rule], 1, minute).await.unwrap();
+        ids.push((key, lease.into_id().unwrap()));
+    }
+    assert_eq!(
+        store.reserve_lease("d", &[rule], 1, minute).await.err(),
+        Some(Error::TooManyLeases { max: 3 })
+    );
+    let used = 1000 - store.peek("d", &[rule]).await.unwrap().remaining();
+    assert_eq!(used, 0, "the refused lease recorded nothing");
+    let (key, id) = &ids[0];
+    store.commit(id, Some(key), 1).await.unwrap();
+    assert!(
+        store
+            .reserve_lease("d", &[rule], 1, minute)
+            .await
+            .unwrap()
+            .granted()
+    );
+    assert!(store.reserve_lease("e", &[rule], 1, minute).await.is_err());
+}

@@ -10,9 +10,9 @@
 //!   is still open: two settlements of one lease never both apply.
 //! - **Open leases** are counted in one sorted set (ids scored by expiry)
 //!   on a single Redis, in the same call as the lease. On a cluster that
-//!   set would live in a slot of its own, which one call cannot reach
-//!   beside the lease's: there `max_leases` is not enforced (see
-//!   RELIABILITY.md).
+//!   set lives in a slot of its own, which one call cannot reach beside
+//!   the lease's: a call of its own counts the lease there first
+//!   (`count_apart`), and takes it out when it is refused or settled.
 //! - **Places** are one per lease and rule (a member of the rule's sorted
 //!   set): a lease of places takes exactly one place on Redis.
 
@@ -141,7 +141,12 @@ async fn reserve_as(
     }
     let slot = slot_of(key);
     let id = format!("{slot:04x}{}", hex(&random_id()?));
-    // On a cluster the set of open leases is in another slot: not counted.
+    // On a cluster the set of open leases is in another slot: counted by
+    // a call of its own, before the lease's.
+    let apart = is_cluster(inner) && inner.max_leases > 0;
+    if apart {
+        count_apart(inner, &id, time).await?;
+    }
     let most = if is_cluster(inner) {
         0
     } else {
@@ -214,13 +219,84 @@ async fn reserve_as(
         .await?;
     let decisions = parse(&reply, rules)?;
     let decision = Decision::combine(&decisions).ok_or(Error::NoRules)?;
+    if apart && !decision.allowed() {
+        uncount_apart(inner, &id).await;
+    }
     let id = decision.allowed().then_some(id);
     Ok(Lease::new(id, decision, time))
+}
+
+/// Counts the lease `id`, open for `time`, in the set of open leases of a
+/// cluster (its own slot), or refuses it when the set holds `max_leases`
+/// (those past their expiry dropped first). An error of the lease's own
+/// call leaves it counted until its expiry: a lease whose answer was lost
+/// may have been granted, and over-counting is the side that bounds.
+async fn count_apart(inner: &Inner, id: &str, time: Duration) -> Result<()> {
+    const COUNT: &str = r"
+local now = tonumber(ARGV[1])
+if now < 0 then
+  local t = redis.call('TIME')
+  now = t[1] * 1000000 + t[2]
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], string.format('%d', now + tonumber(ARGV[2])), ARGV[4])
+return 1
+";
+    let open = open_leases_key(&inner.prefix);
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(COUNT)
+        .arg(1)
+        .arg(&open)
+        .arg(now(inner).map_or(-1, |now| now as i64))
+        .arg(micros(time))
+        .arg(inner.max_leases)
+        .arg(id);
+    let counted: i64 = inner.query(&cmd, &open).await?;
+    if counted == 1 {
+        Ok(())
+    } else {
+        Err(Error::TooManyLeases {
+            max: inner.max_leases,
+        })
+    }
+}
+
+/// Takes the lease `id` out of a cluster's set of open leases (settled,
+/// or never granted). Not reached, it stops counting at its expiry.
+async fn uncount_apart(inner: &Inner, id: &str) {
+    let open = open_leases_key(&inner.prefix);
+    let mut cmd = redis::cmd("ZREM");
+    cmd.arg(&open).arg(id);
+    if let Err(error) = inner.query::<i64>(&cmd, &open).await {
+        tracing::debug!(%error, "a settled lease could not leave the set of open leases");
+    }
 }
 
 /// Commits (`used`, the cost the work took) or releases (`None`) the
 /// lease `id`, which must be `key`'s when `key` is given.
 pub(super) async fn settle(
+    inner: &Inner,
+    id: &str,
+    key: Option<&str>,
+    used: Option<u64>,
+) -> Result<Settled> {
+    let settled = settle_in_slot(inner, id, key, used).await;
+    // On a cluster the lease leaves the set of open leases too, once it
+    // is no longer open.
+    if is_cluster(inner)
+        && inner.max_leases > 0
+        && matches!(settled, Ok(_) | Err(Error::LeaseExpired))
+    {
+        uncount_apart(inner, id).await;
+    }
+    settled
+}
+
+/// [`settle`] in the slot of the lease's key.
+async fn settle_in_slot(
     inner: &Inner,
     id: &str,
     key: Option<&str>,
@@ -411,7 +487,8 @@ fn number(bytes: &[u8]) -> Result<u64> {
     }
 }
 
-/// True on a Redis Cluster, where the set of open leases is not counted.
+/// True on a Redis Cluster, where the set of open leases is counted by a
+/// call of its own.
 fn is_cluster(inner: &Inner) -> bool {
     matches!(inner.connection, Connection::Cluster(_))
 }
