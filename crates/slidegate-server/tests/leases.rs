@@ -88,6 +88,34 @@ async fn budgets_are_reserved_then_committed_over_http() {
     .await;
     assert_eq!(commit.status, StatusCode::OK);
     assert_eq!(commit.json()["over_limit"], true, "{:?}", commit.json());
+    // The rate limit fields of the state afterwards, as an acquire's.
+    assert_eq!(
+        commit.header("ratelimit-policy"),
+        Some(r#""default";q=5000;w=60"#)
+    );
+    assert!(
+        commit
+            .header("ratelimit")
+            .is_some_and(|v| v.starts_with(r#""default";r=0;t="#)),
+        "{:?}",
+        commit.header("ratelimit")
+    );
+    assert_eq!(commit.header("retry-after"), None);
+    let lease = post(addr, "/v1/acquire", budget("llm:3", 1000)).await;
+    let id3 = lease.json()["lease_id"].as_str().unwrap().to_owned();
+    let released = delete(addr, &format!("/v1/leases/{id3}?key=llm:3")).await;
+    assert_eq!(released.status, StatusCode::OK);
+    assert_eq!(
+        released.header("ratelimit-policy"),
+        Some(r#""default";q=5000;w=60"#)
+    );
+    assert!(
+        released
+            .header("ratelimit")
+            .is_some_and(|v| v.starts_with(r#""default";r=5000;"#)),
+        "{:?}",
+        released.header("ratelimit")
+    );
 
     // Settled once: a second settlement is a 409 and changes nothing.
     let again = delete(addr, &format!("/v1/leases/{id}?key=llm:1")).await;
@@ -357,6 +385,14 @@ async fn waiters_on_two_servers_get_places_in_arrival_order() {
             let id = reply.json()["lease_id"].as_str().unwrap().to_owned();
             let released = delete(addr, &format!("/v1/leases/{id}?key={key}")).await;
             assert_eq!(released.status, StatusCode::OK);
+            // The fields of the state afterwards, on Redis as in memory.
+            assert!(
+                released
+                    .header("ratelimit-policy")
+                    .is_some_and(|v| v.starts_with(r#""default";q=1;"#)),
+                "{:?}",
+                released.header("ratelimit-policy")
+            );
         }));
         let deadline = Instant::now() + Duration::from_secs(5);
         while queued(&redis) < i as u64 + 1 {

@@ -375,7 +375,7 @@ async fn settle_in_slot(
     let rules: Vec<Rule> = record.parts.iter().map(|&(rule, _)| rule).collect();
     let decisions = decisions(&bytes[NUMBER..], &rules)?;
     let decision = Decision::combine(&decisions).ok_or(Error::NoRules)?;
-    Ok(Settled::new(over, decision))
+    Ok(Settled::new(over, decision).with_rules(rules.into_iter().zip(decisions).collect()))
 }
 
 /// The caller's clock, when the store sends its time.
