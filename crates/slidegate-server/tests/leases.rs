@@ -88,6 +88,34 @@ async fn budgets_are_reserved_then_committed_over_http() {
     .await;
     assert_eq!(commit.status, StatusCode::OK);
     assert_eq!(commit.json()["over_limit"], true, "{:?}", commit.json());
+    // The rate limit fields of the state afterwards, as an acquire's.
+    assert_eq!(
+        commit.header("ratelimit-policy"),
+        Some(r#""default";q=5000;w=60"#)
+    );
+    assert!(
+        commit
+            .header("ratelimit")
+            .is_some_and(|v| v.starts_with(r#""default";r=0;t="#)),
+        "{:?}",
+        commit.header("ratelimit")
+    );
+    assert_eq!(commit.header("retry-after"), None);
+    let lease = post(addr, "/v1/acquire", budget("llm:3", 1000)).await;
+    let id3 = lease.json()["lease_id"].as_str().unwrap().to_owned();
+    let released = delete(addr, &format!("/v1/leases/{id3}?key=llm:3")).await;
+    assert_eq!(released.status, StatusCode::OK);
+    assert_eq!(
+        released.header("ratelimit-policy"),
+        Some(r#""default";q=5000;w=60"#)
+    );
+    assert!(
+        released
+            .header("ratelimit")
+            .is_some_and(|v| v.starts_with(r#""default";r=5000;"#)),
+        "{:?}",
+        released.header("ratelimit")
+    );
 
     // Settled once: a second settlement is a 409 and changes nothing.
     let again = delete(addr, &format!("/v1/leases/{id}?key=llm:1")).await;
@@ -302,6 +330,94 @@ async fn fifty_clients_over_three_servers_never_hold_more_than_the_limit() {
     .await;
     assert_eq!(commit.status, StatusCode::CONFLICT);
     assert_eq!(commit.error_code(), "not_committable");
+    for server in &servers {
+        assert!(server.panics().is_empty());
+    }
+}
+
+/// The size of the one waiters' queue in Redis (`...:q`), 0 without one.
+fn queued(redis: &Redis) -> u64 {
+    let Ok(redis::Value::Array(keys)) = redis.command(&["KEYS", "*:q"]) else {
+        panic!("KEYS answered no list");
+    };
+    match keys.first() {
+        Some(queue) => redis
+            .text(&["ZCARD", &common::redis::text_of(queue)])
+            .parse()
+            .unwrap_or(0),
+        None => 0,
+    }
+}
+
+/// Waiters for one place, started one after the other on two servers
+/// (each in the queue before the next starts), get it in that order as
+/// each gives it back; a request that does not wait is refused while
+/// they wait, though it asks when the place is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_on_two_servers_get_places_in_arrival_order() {
+    const WAITERS: usize = 6;
+    let redis = Redis::start();
+    let url = redis.url();
+    let servers: Vec<Slidegate> = (0..2)
+        .map(|_| Slidegate::start(&["--store", &url, "--store-timeout-ms", "2000"]))
+        .collect();
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.http).collect();
+    let key = "exports:tenant-2";
+    let first = post(addrs[0], "/v1/acquire", places(key, 1, 30_000)).await;
+    assert_eq!(first.status, StatusCode::OK, "{:?}", first.json());
+
+    let served = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let (addr, served) = (addrs[i % 2], served.clone());
+        waiters.push(tokio::spawn(async move {
+            let wait = json!({"key": key, "limit": 1, "algorithm": "concurrency",
+                "lease_ms": 30_000, "max_wait_ms": 5000});
+            let reply = post(addr, "/v1/acquire", wait).await;
+            assert_eq!(
+                reply.status,
+                StatusCode::OK,
+                "waiter {i}: {:?}",
+                reply.json()
+            );
+            served.lock().unwrap().push(i);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let id = reply.json()["lease_id"].as_str().unwrap().to_owned();
+            let released = delete(addr, &format!("/v1/leases/{id}?key={key}")).await;
+            assert_eq!(released.status, StatusCode::OK);
+            // The fields of the state afterwards, on Redis as in memory.
+            assert!(
+                released
+                    .header("ratelimit-policy")
+                    .is_some_and(|v| v.starts_with(r#""default";q=1;"#)),
+                "{:?}",
+                released.header("ratelimit-policy")
+            );
+        }));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while queued(&redis) < i as u64 + 1 {
+            assert!(Instant::now() < deadline, "waiter {i} never queued");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    let id = first.json()["lease_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        delete(addrs[1], &format!("/v1/leases/{id}?key={key}"))
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let cutting_in = post(addrs[1], "/v1/acquire", places(key, 1, 30_000)).await;
+    assert_eq!(
+        cutting_in.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a request that does not wait passes no waiter"
+    );
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    assert_eq!(*served.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+    assert_eq!(queued(&redis), 0, "the queue is empty once all are served");
     for server in &servers {
         assert!(server.panics().is_empty());
     }

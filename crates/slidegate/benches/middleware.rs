@@ -126,6 +126,19 @@ fn slidegate_app(algorithm: Algorithm, rules: &[&str]) -> Router {
     app().layer(builder.build().expect("valid layer"))
 }
 
+/// A layer with leases: `reserve_and_commit` (the request's cost 1
+/// reserved, committed when the response is dropped) or `max_in_flight`
+/// (a place held until then).
+fn leased_app(reserve: bool) -> Router {
+    let builder = RateLimitLayer::builder(MemoryStore::new(), Key::peer_ip()).rule("1000000000/1s");
+    let builder = if reserve {
+        builder.reserve_and_commit(Duration::from_secs(1))
+    } else {
+        builder.max_in_flight(1_000_000)
+    };
+    app().layer(builder.build().expect("valid layer"))
+}
+
 fn noop_app() -> Router {
     app().layer(tower::util::MapRequestLayer::new(|r: Request<Body>| r))
 }
@@ -170,6 +183,12 @@ fn variants() -> Vec<(String, Router, u32)> {
                 keys,
             ),
             (format!("tower_governor/{keys}"), governor_app(), keys),
+            (format!("slidegate_reserved/{keys}"), leased_app(true), keys),
+            (
+                format!("slidegate_in_flight/{keys}"),
+                leased_app(false),
+                keys,
+            ),
         ]);
     }
     variants
@@ -188,7 +207,12 @@ fn request(peer: u32) -> Request<Body> {
 /// Calls `app` `iters` times on one runtime thread, spreading the calls
 /// over `keys` peer addresses in random order; returns the wall time and
 /// the allocations made.
-fn run(runtime: &tokio::runtime::Runtime, app: &Router, keys: u32, iters: u64) -> (Duration, u64) {
+fn run(
+    runtime: &tokio::runtime::Runtime,
+    (id, app, keys): (&str, &Router, u32),
+    iters: u64,
+) -> (Duration, u64) {
+    let settles = settles(id);
     runtime.block_on(async {
         let mut peers = Peers::new(keys);
         let allocated = allocations();
@@ -201,9 +225,19 @@ fn run(runtime: &tokio::runtime::Runtime, app: &Router, keys: u32, iters: u64) -
                 .expect("response");
             assert!(response.status().is_success());
             black_box(response);
+            // A lease is settled by a task of its own once the response is
+            // dropped: let it run, as a server's runtime would.
+            if settles {
+                tokio::task::yield_now().await;
+            }
         }
         (start.elapsed(), allocations() - allocated)
     })
+}
+
+/// Whether the variant `id` holds a lease per request.
+fn settles(id: &str) -> bool {
+    id.contains("reserved") || id.contains("in_flight")
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -218,8 +252,8 @@ fn criterion_group(c: &mut Criterion) {
     let mut group = c.benchmark_group("middleware");
     group.throughput(Throughput::Elements(1));
     for (id, app, keys) in variants() {
-        group.bench_function(id, |b| {
-            b.iter_custom(|iters| run(&runtime, &app, keys, iters).0)
+        group.bench_function(&id, |b| {
+            b.iter_custom(|iters| run(&runtime, (&id, &app, keys), iters).0)
         });
     }
     group.finish();
@@ -233,14 +267,14 @@ fn interleaved(rounds: usize) {
     let variants = variants();
     let mut samples = vec![Vec::with_capacity(rounds); variants.len()];
     let mut allocated = vec![0u64; variants.len()];
-    for (_, app, keys) in &variants {
-        run(&runtime, app, *keys, ITERS);
+    for (id, app, keys) in &variants {
+        run(&runtime, (id, app, *keys), ITERS);
     }
     for _ in 0..rounds {
-        for (((_, app, keys), samples), allocated) in
+        for (((id, app, keys), samples), allocated) in
             variants.iter().zip(&mut samples).zip(&mut allocated)
         {
-            let (elapsed, allocations) = run(&runtime, app, *keys, ITERS);
+            let (elapsed, allocations) = run(&runtime, (id, app, *keys), ITERS);
             samples.push(elapsed.as_nanos() as f64 / ITERS as f64);
             *allocated += allocations;
         }
@@ -275,7 +309,7 @@ fn profile(name: &str, iters: u64) {
         let names: Vec<String> = variants().into_iter().map(|(id, _, _)| id).collect();
         panic!("no variant {name:?}; the variants are {names:?}");
     };
-    let (elapsed, allocated) = run(&runtime, &app, keys, iters);
+    let (elapsed, allocated) = run(&runtime, (name, &app, keys), iters);
     println!(
         "{name}: {iters} requests, {:.0} ns and {:.2} allocations per request",
         elapsed.as_nanos() as f64 / iters as f64,

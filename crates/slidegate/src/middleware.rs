@@ -124,6 +124,16 @@
 //! server with `Server::builder().layer(limit)`; keys can come from
 //! metadata ([`Key::header`]) or the method path ([`Key::path`]).
 //!
+//! # Leases: places in flight, budgets reserved
+//!
+//! [`max_in_flight`](RateLimitBuilder::max_in_flight) holds a place per
+//! request (per key, across processes) until its response body ends;
+//! [`reserve_and_commit`](RateLimitBuilder::reserve_and_commit) reserves
+//! the cost function's estimate before the inner service runs and
+//! commits what the handler reports ([`ReportedCost`]) when the body
+//! ends. Both are settled on every path a request can end by (see
+//! [`Holding`]), and both take the boxed path: a lease is awaited.
+//!
 //! # Several layers
 //!
 //! Each layer is one key and its rules. Limits on different keys (per user
@@ -138,9 +148,12 @@ mod builder;
 mod decide;
 mod fallback;
 mod head;
+mod hold;
 mod in_flight;
 mod key;
 mod layer;
+mod lease_options;
+mod leased;
 mod policies;
 mod proxy;
 mod response;
@@ -149,10 +162,11 @@ mod service;
 
 pub use body::{RejectionBody, ResponseBody};
 pub use build_error::BuildError;
-pub use builder::{IntoRule, RateLimitBuilder};
+pub use builder::{DEFAULT_IN_FLIGHT_LEASE, IntoRule, RateLimitBuilder};
 pub use fallback::{MissingKey, OnStoreError};
 pub use head::RequestHead;
-pub use in_flight::{HeldBody, InFlight, InFlightLayer};
+pub use hold::{HeldBody, Holding, ReportedCost};
+pub use in_flight::{InFlight, InFlightLayer};
 pub use key::{
     And, ClientIp, DEFAULT_IPV6_PREFIX, ExtensionKey, FromFn, Global, HeaderKey, Key, KeyExtractor,
     KeyWriter, NoKey, PathKey, PeerIp, Route,

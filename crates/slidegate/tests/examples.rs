@@ -18,6 +18,10 @@ mod axum_redis;
 #[allow(dead_code)]
 mod tenant_quotas;
 
+#[path = "../examples/llm_budget.rs"]
+#[allow(dead_code)]
+mod llm_budget;
+
 // The Redis example includes the login example: one copy of it.
 use axum_redis::axum_login;
 
@@ -372,4 +376,52 @@ async fn tenant_quotas_apply_per_tenant_and_change_at_run_time() {
     // Removed: acme is back to the default, which it has not used.
     registry.remove("x-tenant=acme");
     assert_eq!(passed(addr, "acme", 4).await, 2);
+}
+
+fn completion(key: &str, max_tokens: u64, prompt: &'static str) -> http::Request<Full<Bytes>> {
+    post("/v1/completions")
+        .header("x-api-key", key)
+        .header("x-max-tokens", max_tokens.to_string())
+        .body(Full::new(Bytes::from_static(prompt.as_bytes())))
+        .expect("request")
+}
+
+/// The tokens `key` used of the example's budget, once the store says
+/// `want` (a commit runs on a task of its own after the body ends).
+async fn tokens_settle_at(store: &slidegate::MemoryStore, key: &str, want: u64) {
+    use slidegate::Store;
+    let rule = Rule::parse(llm_budget::BUDGET).expect("rule");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let decision = Store::peek(store, &format!("x-api-key={key}"), &[rule])
+            .await
+            .expect("peek");
+        let used = rule.limit() - decision.remaining();
+        if used == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{key} used {used}, never {want}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn llm_budget_reserves_the_most_a_call_may_cost_and_commits_what_it_used() {
+    let store = slidegate::MemoryStore::new();
+    let addr = support::serve(llm_budget::app(store.clone()).expect("app")).await;
+    // Reserved 4,000, streamed 4 tokens, committed 4: three of them.
+    for _ in 0..3 {
+        let reply = send(addr, completion("k1", 4000, "one two three four")).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.body, "one two three four ");
+        // The field shows the reservation: 4,000 taken while it ran.
+        assert!(reply.list("ratelimit").starts_with(r#""tokens";r="#));
+    }
+    tokens_settle_at(&store, "k1", 12).await;
+    // What is left is exactly the budget less what was used.
+    let over = send(addr, completion("k1", 10_000 - 12 + 1, "x")).await;
+    assert_eq!(over.status, StatusCode::TOO_MANY_REQUESTS);
+    let fits = send(addr, completion("k1", 10_000 - 12, "x")).await;
+    assert_eq!(fits.status, StatusCode::OK);
+    tokens_settle_at(&store, "k1", 13).await;
 }

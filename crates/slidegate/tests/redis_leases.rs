@@ -122,3 +122,86 @@ async fn a_lease_on_a_gcra_rule_with_a_burst_is_refused_not_misjudged() {
         .expect("a lease");
     assert!(lease.id().is_some());
 }
+
+/// A waiter for a place whose future is dropped (its client gone) leaves
+/// the queue at once: a request that does not wait is not held back by
+/// it once the place is free. Left behind, it would count ahead of
+/// everyone until its queue expired with its wait, 8 s: the test allows 3.
+#[tokio::test]
+async fn a_waiter_dropped_leaves_the_queue() {
+    let server = RedisServer::start();
+    let (store, _clock) = node(&server).await;
+    let places = [Rule::concurrency(1).unwrap()];
+    let minute = Duration::from_secs(60);
+    let held = store.reserve_lease("k", &places, 1, minute).await.unwrap();
+    assert!(held.granted());
+    let waiting = store.reserve_lease_wait("k", &places, 1, minute, Duration::from_secs(8));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), waiting)
+            .await
+            .is_err(),
+        "no place frees: it waits"
+    );
+    store.release(held.id().unwrap(), Some("k")).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let lease = store.reserve_lease("k", &places, 1, minute).await.unwrap();
+        if lease.granted() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped waiter still holds the queue"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// `max_leases` on a cluster: the scenario of one Redis, and leases of
+/// keys in different slots counted together.
+#[tokio::test]
+async fn on_a_cluster_open_leases_are_bounded_across_slots() {
+    let cluster = RedisCluster::start();
+    let clock = ManualClock::at(1_000_000);
+    let store = store_on(cluster.url(), &clock, 5).await;
+    scenario::open_leases_are_bounded(&store, &clock, 5, "k").await;
+
+    let clock = ManualClock::at(1_000_000);
+    let store = RedisStore::builder(cluster.url())
+        .timeout(Duration::from_secs(2))
+        .client_clock(clock.clone())
+        .max_leases(3)
+        .prefix("apart")
+        .build()
+        .await
+        .expect("the Redis store connects");
+    let rule = Rule::parse("1000/1m").unwrap();
+    let minute = Duration::from_secs(60);
+    let keys = ["a", "b", "c", "d"];
+    let slots: std::collections::BTreeSet<u16> = keys
+        .iter()
+        .map(|k| common::redis_server::key_slot(k))
+        .collect();
+    assert!(slots.len() >= 3, "the keys are in different slots");
+    let mut ids = Vec::new();
+    for key in &keys[..3] {
+        let lease = store.reserve_lease(key, &[rule], 1, minute).await.unwrap();
+        ids.push((key, lease.into_id().unwrap()));
+    }
+    assert_eq!(
+        store.reserve_lease("d", &[rule], 1, minute).await.err(),
+        Some(Error::TooManyLeases { max: 3 })
+    );
+    let used = 1000 - store.peek("d", &[rule]).await.unwrap().remaining();
+    assert_eq!(used, 0, "the refused lease recorded nothing");
+    let (key, id) = &ids[0];
+    store.commit(id, Some(key), 1).await.unwrap();
+    assert!(
+        store
+            .reserve_lease("d", &[rule], 1, minute)
+            .await
+            .unwrap()
+            .granted()
+    );
+    assert!(store.reserve_lease("e", &[rule], 1, minute).await.is_err());
+}

@@ -158,9 +158,9 @@ pub struct StoreArgs {
     pub expiry_margin_ms: Option<u64>,
 
     /// Most leases open at once in the store (memory, or the whole Redis
-    /// for every server sharing it; not enforced on Redis Cluster): one
-    /// more is answered 503 too_many_leases, nothing recorded. Settled and
-    /// expired leases stop counting.
+    /// for every server sharing it, a cluster too): one more is answered
+    /// 503 too_many_leases, nothing recorded. Settled and expired leases
+    /// stop counting.
     #[arg(
         long = "max-leases",
         value_name = "N",

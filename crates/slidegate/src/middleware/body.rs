@@ -8,6 +8,8 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use super::hold::{HeldBody, Holding};
+
 /// A response body type the layer can make its own answers in (a
 /// rejection's problem+json; nothing, for gRPC). The layer's responses
 /// have the inner service's body type: a passed request's response goes
@@ -45,6 +47,15 @@ use pin_project_lite::pin_project;
 pub trait RejectionBody: Sized {
     /// A body holding `bytes` (empty for gRPC answers).
     fn from_rejection(bytes: Bytes) -> Self;
+
+    /// This body, keeping `holding` (a place in flight, a reserved
+    /// budget) until it ends or is dropped. The bodies of axum, tonic and
+    /// [`ResponseBody`] do so; by default `holding` is let go at once,
+    /// which suits a body made whole before the response (`String`).
+    fn hold(self, holding: Holding) -> Self {
+        drop(holding);
+        self
+    }
 }
 
 impl RejectionBody for axum::body::Body {
@@ -54,6 +65,10 @@ impl RejectionBody for axum::body::Body {
         } else {
             axum::body::Body::from(bytes)
         }
+    }
+
+    fn hold(self, holding: Holding) -> Self {
+        axum::body::Body::new(HeldBody::new(self, holding))
     }
 }
 
@@ -65,6 +80,10 @@ impl RejectionBody for tonic::body::Body {
         } else {
             tonic::body::Body::new(ResponseBody::<String>::rejection(bytes))
         }
+    }
+
+    fn hold(self, holding: Holding) -> Self {
+        tonic::body::Body::new(HeldBody::new(self, holding))
     }
 }
 
@@ -78,6 +97,11 @@ impl<B> RejectionBody for ResponseBody<B> {
     fn from_rejection(bytes: Bytes) -> Self {
         ResponseBody::rejection(bytes)
     }
+
+    fn hold(mut self, holding: Holding) -> Self {
+        self.holding = Some(holding);
+        self
+    }
 }
 
 pin_project! {
@@ -90,6 +114,8 @@ pin_project! {
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
+        // Kept until the body ends or is dropped.
+        holding: Option<Holding>,
     }
 }
 
@@ -111,6 +137,7 @@ impl<B> ResponseBody<B> {
     pub fn inner(body: B) -> Self {
         ResponseBody {
             kind: Kind::Inner { body },
+            holding: None,
         }
     }
 
@@ -120,6 +147,7 @@ impl<B> ResponseBody<B> {
             kind: Kind::Rejection {
                 data: (!data.is_empty()).then_some(data),
             },
+            holding: None,
         }
     }
 }
@@ -132,10 +160,16 @@ impl<B: Body<Data = Bytes>> Body for ResponseBody<B> {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
-            KindProj::Rejection { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+        let this = self.project();
+        let frame = match this.kind.project() {
+            KindProj::Inner { body } => std::task::ready!(body.poll_frame(cx)),
+            KindProj::Rejection { data } => data.take().map(|d| Ok(Frame::data(d))),
+        };
+        if frame.is_none() {
+            // Ended: what it held is settled now.
+            this.holding.take();
         }
+        Poll::Ready(frame)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -30,6 +30,11 @@ pub enum BuildError {
     /// A policy name that is not a valid sf-string.
     #[error(transparent)]
     PolicyName(#[from] InvalidPolicyName),
+    /// An in-flight limit or a reservation that cannot be taken as asked
+    /// ([`max_in_flight`](super::RateLimitBuilder::max_in_flight),
+    /// [`reserve_and_commit`](super::RateLimitBuilder::reserve_and_commit)).
+    #[error("leases: {0}")]
+    Lease(Error),
     /// Two policies with the same name.
     #[error("two policies are named {0:?}")]
     DuplicatePolicy(String),

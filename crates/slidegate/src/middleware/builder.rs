@@ -12,6 +12,7 @@ use super::fallback::{MissingKey, OnStoreError};
 use super::head::RequestHead;
 use super::key::KeyExtractor;
 use super::layer::RateLimitLayer;
+use super::lease_options::{IN_FLIGHT_POLICY, InFlightRule, LeaseOptions};
 use super::policies::PolicySet;
 use super::response::Rejection;
 use super::runtime_rules::RuntimeRules;
@@ -20,6 +21,7 @@ use crate::headers;
 use crate::limits::LimitTable;
 use crate::rate::{Rate, Rule};
 use crate::store::contract::Store;
+use crate::store::lease::check_lease;
 
 /// Something that names a rule: a [`Rule`], a [`Rate`], or the text of a
 /// rate (`"10/s"`, `"300/m"`), parsed when the layer is built.
@@ -82,7 +84,16 @@ pub struct RateLimitBuilder<St, K> {
     runtime: Option<LimitTable>,
     /// `burst` was called before any rule: the same mistake.
     burst_before_rule: bool,
+    /// `max_in_flight`: the bound, checked at `build`.
+    max_in_flight: Option<u64>,
+    in_flight_lease: Duration,
+    /// `reserve_and_commit`: the lease time of a budget.
+    reserve: Option<Duration>,
 }
+
+/// How long a place in flight is held at most by default: past it, the
+/// place is freed even while its request runs.
+pub const DEFAULT_IN_FLIGHT_LEASE: Duration = Duration::from_secs(60);
 
 impl<St, K> RateLimitBuilder<St, K> {
     pub(super) fn new(store: St, key: K) -> Self {
@@ -100,6 +111,9 @@ impl<St, K> RateLimitBuilder<St, K> {
             block_before_rule: false,
             runtime: None,
             burst_before_rule: false,
+            max_in_flight: None,
+            in_flight_lease: DEFAULT_IN_FLIGHT_LEASE,
+            reserve: None,
         }
     }
 
@@ -290,6 +304,90 @@ impl<St, K> RateLimitBuilder<St, K> {
         self
     }
 
+    /// At most `n` requests of a key in flight at once, across every
+    /// process sharing the store (a [concurrency](crate::Algorithm::Concurrency)
+    /// rule, a lease per request). A request takes its place before its
+    /// rules are asked, so one refused for want of a place uses none of
+    /// their quota; one over the rules gives its place back. The place is
+    /// held until the response body ends, and given back on every path:
+    /// the body dropped (the client left), the inner service's error, a
+    /// panic, the response future dropped; at the latest after
+    /// [`in_flight_lease`](Self::in_flight_lease). Refused: `429` with
+    /// the policy `"in-flight"` in the `RateLimit` fields. The same
+    /// places as [`InFlightLayer`](super::InFlightLayer), inside this
+    /// layer's key and failure policy ([`OnStoreError`]).
+    ///
+    /// ```
+    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer}};
+    /// // 100 exports an hour per tenant, at most 3 at once.
+    /// let key = Key::header(http::HeaderName::from_static("x-tenant"));
+    /// let layer = RateLimitLayer::builder(MemoryStore::new(), key)
+    ///     .rule("100/1h")
+    ///     .max_in_flight(3)
+    ///     .build()?;
+    /// # Ok::<(), slidegate::middleware::BuildError>(())
+    /// ```
+    pub fn max_in_flight(mut self, n: u64) -> Self {
+        self.max_in_flight = Some(n);
+        self
+    }
+
+    /// The longest a request holds its place in flight (default
+    /// [`DEFAULT_IN_FLIGHT_LEASE`]): past it the place is freed, so that
+    /// a process that dies cannot hold places for ever.
+    pub fn in_flight_lease(mut self, lease: Duration) -> Self {
+        self.in_flight_lease = lease;
+        self
+    }
+
+    /// Reserves each request's cost (the [`cost`](Self::cost) function's
+    /// estimate) as a lease of `time` before the inner service runs, and
+    /// commits what the handler reports ([`ReportedCost`](super::ReportedCost))
+    /// when the response body ends: what an LLM gateway needs, a budget
+    /// of tokens checked before a call whose cost is known after. Ten
+    /// requests estimated at 1,000 on a budget of 5,000 get five passes,
+    /// not ten.
+    ///
+    /// Settled on every path: the body's end or drop commits what was
+    /// reported, or the estimate when nothing was (the work may have been
+    /// done: a client gone mid-stream pays what was reported so far); an
+    /// error of the inner service before a response gives the whole
+    /// reservation back (or commits what it reported); a panic or the
+    /// response future dropped commits as the body's drop does; a report
+    /// of 0 gives everything back; a holder that dies is charged the
+    /// estimate when `time` runs out. More than the estimate is taken
+    /// as a report takes it: usage may pass the limit.
+    ///
+    /// `time` is from [`MIN_LEASE`](crate::store::MIN_LEASE) to the
+    /// shortest window; the rules take no options (report, lockout,
+    /// burst); no [`max_delay`](Self::max_delay). The store must keep
+    /// leases (the memory and Redis stores do). An estimate of 0
+    /// reserves 1.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use slidegate::{MemoryStore, middleware::{Key, RateLimitLayer, ReportedCost}};
+    /// let key = Key::header(http::HeaderName::from_static("x-api-key"));
+    /// let layer = RateLimitLayer::builder(MemoryStore::new(), key)
+    ///     .rule("100000/1m") // tokens
+    ///     .cost(|req| {
+    ///         // The most the call may use: its max_tokens.
+    ///         req.headers.get("x-max-tokens")
+    ///             .and_then(|v| v.to_str().ok()?.parse().ok())
+    ///             .unwrap_or(1000)
+    ///     })
+    ///     .reserve_and_commit(Duration::from_secs(60))
+    ///     .build()?;
+    /// // In the handler: `Extension(cost): Extension<ReportedCost>`, then
+    /// // `cost.add(tokens)` as each chunk is produced.
+    /// # let _: Option<ReportedCost> = None;
+    /// # Ok::<(), slidegate::middleware::BuildError>(())
+    /// ```
+    pub fn reserve_and_commit(mut self, time: Duration) -> Self {
+        self.reserve = Some(time);
+        self
+    }
+
     /// The layer, or what is wrong with the rules.
     pub fn build(self) -> Result<RateLimitLayer<St, K>, BuildError> {
         let count = self.rules.len();
@@ -320,6 +418,33 @@ impl<St, K> RateLimitBuilder<St, K> {
             }
             policies.push((name, rule));
         }
+        if let Some(time) = self.reserve {
+            if self.max_delay.is_some() {
+                return Err(BuildError::Lease(Error::InvalidLease(
+                    "a reserved cost cannot also wait (max_delay): a lease is granted or refused at once".into(),
+                )));
+            }
+            for (index, (_, rule)) in policies.iter().enumerate() {
+                check_lease(std::slice::from_ref(rule), 1, time)
+                    .map_err(|source| BuildError::Rule { index, source })?;
+            }
+        }
+        let in_flight = match self.max_in_flight {
+            Some(n) => {
+                let rule = Rule::concurrency(n).map_err(BuildError::Lease)?;
+                check_lease(&[rule], 1, self.in_flight_lease).map_err(BuildError::Lease)?;
+                Some(InFlightRule {
+                    rule,
+                    lease: self.in_flight_lease,
+                    policies: PolicySet::new(vec![(IN_FLIGHT_POLICY.to_owned(), rule)])?,
+                })
+            }
+            None => None,
+        };
+        let leases = (in_flight.is_some() || self.reserve.is_some()).then_some(LeaseOptions {
+            in_flight,
+            budget: self.reserve,
+        });
         let policies = PolicySet::new(policies)?;
         let missing_key = match self.missing_key {
             MissingKey::Reject(status) if !status.is_client_error() => {
@@ -339,6 +464,7 @@ impl<St, K> RateLimitBuilder<St, K> {
             prefix: self.prefix,
             on_rejection: self.on_rejection,
             max_delay: self.max_delay,
+            leases,
         }))
     }
 }

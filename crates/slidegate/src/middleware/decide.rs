@@ -12,6 +12,7 @@ use super::body::RejectionBody;
 use super::fallback::{MissingKey, OnStoreError};
 use super::head::RequestHead;
 use super::key::{KeyExtractor, KeyWriter, NoKey};
+use super::lease_options::LeaseOptions;
 use super::policies::PolicySet;
 use super::response::{self, DEGRADED, Rejection};
 use super::runtime_rules::RuntimeRules;
@@ -42,6 +43,9 @@ pub(crate) struct Config<St, K> {
     pub on_rejection: Option<Box<RejectionHook>>,
     /// How long a request over the limit may be delayed for its turn.
     pub max_delay: Option<Duration>,
+    /// A place in flight and a reserved budget per request, held until
+    /// the response body ends.
+    pub leases: Option<LeaseOptions>,
 }
 
 impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
@@ -55,6 +59,7 @@ impl<St: fmt::Debug, K: fmt::Debug> fmt::Debug for Config<St, K> {
             .field("headers_on_success", &self.headers_on_success)
             .field("prefix", &self.prefix)
             .field("max_delay", &self.max_delay)
+            .field("leases", &self.leases)
             .finish_non_exhaustive()
     }
 }

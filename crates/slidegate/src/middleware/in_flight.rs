@@ -19,13 +19,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body::{Body, Frame, SizeHint};
-use pin_project_lite::pin_project;
 use tower_layer::Layer;
 use tower_service::Service;
 
 use super::body::RejectionBody;
 use super::head::RequestHead;
+use super::hold::{HeldBody, Holding, Place};
 use super::key::{KeyExtractor, KeyWriter};
 use crate::error::Result;
 use crate::rate::{Rate, Rule};
@@ -106,35 +105,6 @@ impl<S: Clone, St, K> Clone for InFlight<S, St, K> {
     }
 }
 
-/// A place held: given back when dropped, by a task of its own (a drop
-/// cannot wait for the store).
-struct Place {
-    release: Option<Box<dyn FnOnce() + Send>>,
-}
-
-impl Place {
-    fn new<St: Store + Clone + 'static>(store: St, id: String, key: String) -> Place {
-        Place {
-            release: Some(Box::new(move || {
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    runtime.spawn(async move {
-                        // Already expired or released: nothing to give back.
-                        let _ = store.release(&id, Some(&key)).await;
-                    });
-                }
-            })),
-        }
-    }
-}
-
-impl Drop for Place {
-    fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
-            release();
-        }
-    }
-}
-
 type Boxed<T, E> = Pin<Box<dyn Future<Output = std::result::Result<T, E>> + Send + 'static>>;
 
 impl<S, St, K, ReqBody, ResBody> Service<Request<ReqBody>> for InFlight<S, St, K>
@@ -142,7 +112,7 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    St: Store + Clone + 'static,
+    St: Store + 'static,
     K: KeyExtractor,
     ReqBody: Send + 'static,
     ResBody: RejectionBody + Send + 'static,
@@ -175,7 +145,7 @@ where
                 .await;
             let place = match reserved {
                 Ok(lease) => match lease.into_id() {
-                    Some(id) => Place::new(shared.store.clone(), id, key),
+                    Some(id) => Place::new(Arc::clone(&shared), |shared| &shared.store, id, key),
                     None => {
                         return Ok(answer(
                             StatusCode::TOO_MANY_REQUESTS,
@@ -194,66 +164,22 @@ where
             };
             // An error or a panic of the inner service drops `place` here.
             let response = inner.call(request).await?;
-            Ok(response.map(|body| HeldBody {
-                inner: body,
+            let holding = Holding {
                 place: Some(place),
-            }))
+                budget: None,
+            };
+            Ok(response.map(|body| HeldBody::new(body, holding)))
         })
     }
 }
 
 fn answer<B: RejectionBody>(status: StatusCode, detail: &'static str) -> Response<HeldBody<B>> {
-    let mut response = Response::new(HeldBody {
-        inner: B::from_rejection(Bytes::from_static(detail.as_bytes())),
-        place: None,
-    });
+    let mut response = Response::new(HeldBody::new(
+        B::from_rejection(Bytes::from_static(detail.as_bytes())),
+        Holding::default(),
+    ));
     *response.status_mut() = status;
     response
-}
-
-pin_project! {
-    /// A response body that holds its request's place until it ends or is
-    /// dropped.
-    pub struct HeldBody<B> {
-        #[pin]
-        inner: B,
-        place: Option<Place>,
-    }
-}
-
-impl<B: Body> Body for HeldBody<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<std::result::Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
-        let frame = std::task::ready!(this.inner.poll_frame(cx));
-        if frame.is_none() {
-            // The body ended: the place goes back now, not when the
-            // connection gets round to dropping the body.
-            this.place.take();
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl<B> fmt::Debug for HeldBody<B> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HeldBody")
-            .field("holds_a_place", &self.place.is_some())
-            .finish_non_exhaustive()
-    }
 }
 
 impl<S, St, K> fmt::Debug for InFlight<S, St, K> {

@@ -28,7 +28,9 @@ use tower_service::Service;
 use super::body::RejectionBody;
 use super::decide::{Config, Extra, Prepared, Verdict};
 use super::head::RequestHead;
+use super::hold::ReportedCost;
 use super::key::{KeyExtractor, ThreadKey};
+use super::leased;
 use super::policies::PolicySet;
 use crate::store::contract::Store;
 
@@ -93,6 +95,10 @@ where
             let mut key = ThreadKey::take();
             match config.prepare(&RequestHead::from(&request), &mut key) {
                 Prepared::Decided(verdict) => (verdict, None),
+                Prepared::Ask { cost, policies } if config.leases.is_some() => {
+                    let key = key.as_str().to_owned();
+                    return self.ask_leased(key, cost, policies, request);
+                }
                 Prepared::Ask { cost, policies } => {
                     let now =
                         config.decide_now(key.as_str(), cost, config.policies(policies.as_deref()));
@@ -189,6 +195,65 @@ impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
                     Ok(response)
                 }
                 Verdict::Refuse(refusal) => {
+                    Ok(config.reject(&refusal, &RequestHead::from(&request), set))
+                }
+            }
+        });
+        ResponseFuture {
+            kind: Kind::Waiting { future: rest },
+        }
+    }
+}
+
+impl<S, St: Store + 'static, K: KeyExtractor> RateLimit<S, St, K> {
+    /// Decides with the layer's leases (a place in flight, a reserved
+    /// budget), calls the inner service, and hands what was taken to the
+    /// response body, which holds it until it ends.
+    fn ask_leased<ReqBody, ResBody>(
+        &mut self,
+        key: String,
+        cost: u64,
+        own: Option<Arc<PolicySet>>,
+        mut request: Request<ReqBody>,
+    ) -> ResponseFuture<S::Future, ResBody, S::Error>
+    where
+        S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+        S::Future: Send + 'static,
+        ReqBody: Send + 'static,
+        ResBody: RejectionBody + Send + 'static,
+    {
+        // Tower's rule: the service poll_ready readied is the one called.
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
+        let config = Arc::clone(&self.config);
+        let rest: BoxedResponse<ResBody, S::Error> = Box::pin(async move {
+            let Some(options) = &config.leases else {
+                unreachable!("ask_leased is called for a layer with leases")
+            };
+            let set = config.policies(own.as_deref());
+            let reported = ReportedCost::new();
+            let leased = leased::decide(&config, options, &key, cost, set, &reported).await;
+            let mut holding = leased.holding;
+            match leased.verdict {
+                Verdict::Pass(extra) => {
+                    request.extensions_mut().insert(reported);
+                    // A panic in there drops `holding` while unwinding.
+                    let mut response = match inner.call(request).await {
+                        Ok(response) => response,
+                        Err(error) => {
+                            holding.failed();
+                            return Err(error);
+                        }
+                    };
+                    extra.apply(&mut response);
+                    holding.read_report(response.extensions());
+                    Ok(response.map(|body| body.hold(holding)))
+                }
+                Verdict::Refuse(refusal) => {
+                    let set = match &options.in_flight {
+                        Some(in_flight) if leased.by_in_flight => &in_flight.policies,
+                        _ => set,
+                    };
                     Ok(config.reject(&refusal, &RequestHead::from(&request), set))
                 }
             }

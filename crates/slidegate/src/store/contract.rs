@@ -185,9 +185,12 @@ pub trait Store: Send + Sync {
     /// By default, asks again: for places every few milliseconds (5 ms,
     /// doubling to 50 ms), since a release in any process frees one and no
     /// one is told; for a budget after each `retry_after`, giving up at
-    /// once when that is beyond the wait. Other callers may pass ahead
-    /// (the Redis store and [`ResilientStore`](super::resilient::ResilientStore)
-    /// wait so); the memory store queues waiters for places.
+    /// once when that is beyond the wait. Other callers may then pass
+    /// ahead. The memory store queues waiters for places; so does the
+    /// Redis store, in Redis, for every process sharing it (a ticket per
+    /// waiter, woken by the change feed on a release), and
+    /// [`ResilientStore`](super::resilient::ResilientStore) waits as its
+    /// store does.
     fn reserve_lease_wait(
         &self,
         key: &str,
@@ -196,25 +199,7 @@ pub trait Store: Send + Sync {
         time: Duration,
         max_wait: Duration,
     ) -> impl Future<Output = Result<Lease>> + Send {
-        async move {
-            let started = Instant::now();
-            let deadline = started + max_wait.min(super::reserve::MAX_WAIT);
-            let places = rules
-                .iter()
-                .any(|r| r.algorithm() == crate::rate::Algorithm::Concurrency);
-            let mut pause = Duration::from_millis(5);
-            loop {
-                let lease = self.reserve_lease(key, rules, cost, time).await?;
-                let left = deadline.saturating_duration_since(Instant::now());
-                let retry = lease.decision().retry_after();
-                if lease.granted() || left.is_zero() || (!places && retry > left) {
-                    return Ok(lease.after_waiting(started.elapsed()));
-                }
-                let nap = if places { pause.min(retry) } else { retry };
-                tokio::time::sleep(nap.clamp(Duration::from_millis(1), left)).await;
-                pause = (pause * 2).min(Duration::from_millis(50));
-            }
-        }
+        wait_by_asking(self, key, rules, cost, time, max_wait)
     }
 
     /// Settles the lease `id`: the work cost `cost` (up to
@@ -337,5 +322,35 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn release(&self, id: &str, key: Option<&str>) -> impl Future<Output = Result<Settled>> + Send {
         (**self).release(id, key)
+    }
+}
+
+/// [`Store::reserve_lease_wait`] by asking again: for places every few
+/// milliseconds (5 ms, doubling to 50 ms), for a budget after each
+/// `retry_after`, giving up at once when that is beyond the wait.
+pub(crate) async fn wait_by_asking<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    rules: &[Rule],
+    cost: u64,
+    time: Duration,
+    max_wait: Duration,
+) -> Result<Lease> {
+    let started = Instant::now();
+    let deadline = started + max_wait.min(super::reserve::MAX_WAIT);
+    let places = rules
+        .iter()
+        .any(|r| r.algorithm() == crate::rate::Algorithm::Concurrency);
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let lease = store.reserve_lease(key, rules, cost, time).await?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let retry = lease.decision().retry_after();
+        if lease.granted() || left.is_zero() || (!places && retry > left) {
+            return Ok(lease.after_waiting(started.elapsed()));
+        }
+        let nap = if places { pause.min(retry) } else { retry };
+        tokio::time::sleep(nap.clamp(Duration::from_millis(1), left)).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }

@@ -90,10 +90,11 @@ impl Lease {
 }
 
 /// What a commit or a release did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Settled {
     over_limit: bool,
     decision: Decision,
+    rules: Vec<(Rule, Decision)>,
 }
 
 impl Settled {
@@ -103,7 +104,20 @@ impl Settled {
         Settled {
             over_limit,
             decision,
+            rules: Vec::new(),
         }
+    }
+
+    /// The same settlement, with each of the lease's rules and its state
+    /// afterwards (what the `RateLimit` fields of an answer list).
+    pub fn with_rules(self, rules: Vec<(Rule, Decision)>) -> Settled {
+        Settled { rules, ..self }
+    }
+
+    /// Each of the lease's rules, in its order, with its state afterwards
+    /// as a probe sees it; empty when the store did not say.
+    pub fn rules(&self) -> &[(Rule, Decision)] {
+        &self.rules
     }
 
     /// True when the cost committed was more than reserved and took the

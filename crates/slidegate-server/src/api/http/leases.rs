@@ -20,6 +20,7 @@ use super::error::{ApiError, ErrorCode};
 use super::headers;
 use super::request::{self, AcquireRequest};
 use super::state::AppState;
+use crate::limiter::AdhocDecision;
 
 /// The longest id accepted in a path; longer is no id of ours (404).
 const MAX_ID_LEN: usize = 64;
@@ -136,5 +137,14 @@ fn settled_response(settled: &Settled) -> Response {
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
     );
+    // The rate limit fields of the state afterwards, as an acquire's
+    // answer carries them (no Retry-After: a settlement is no denial).
+    if !settled.rules().is_empty() {
+        let answer = AdhocDecision {
+            decision: settled.decision(),
+            rules: settled.rules().to_vec(),
+        };
+        headers::insert(response.headers_mut(), &answer, false);
+    }
     response
 }

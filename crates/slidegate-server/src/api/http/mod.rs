@@ -5,7 +5,7 @@
 //! | `POST /v1/acquire` | 200 allowed, 429 denied; decision as JSON, `RateLimit-Policy`, `RateLimit`, and `Retry-After` on 429 |
 //! | `GET /v1/keys/{key}?limit=..&window_ms=..[&algorithm=..]` | 200; the key's state under that rule, consuming nothing; with `--admin-token`, only for a request carrying it |
 //! | `POST /v1/acquire` with `lease_ms` | 200 with `lease_id` and `lease_ms`: the cost reserved (or, under `concurrency` rules, places held) until committed, released or expired; 429 denied |
-//! | `POST /v1/leases/{id}/commit` | `{"cost", "key"?}`: settles a budget lease; 200 with `over_limit`; 404 `lease_not_found`, 409 `lease_expired` / `not_committable` |
+//! | `POST /v1/leases/{id}/commit` | `{"cost", "key"?}`: settles a budget lease; 200 with `over_limit` and the `RateLimit` fields of the state afterwards; 404 `lease_not_found`, 409 `lease_expired` / `not_committable` |
 //! | `DELETE /v1/leases/{id}?key=K` | gives the lease back (budget or places); 200; 404, 409 as for a commit |
 //! | `POST /v1/check` (alias `POST /json`) | Envoy's `RateLimitRequest` in proto3 JSON, decided against the `--config` rules; 200 OK, 429 OVER_LIMIT, body `RateLimitResponse` |
 //! | `/v1/forward-auth/{domain}` (any method) | a reverse proxy's check of the request it forwards: 200 allowed, 429 (or `?deny_status=403`) denied, with `RateLimit-Policy`, `RateLimit` and `Retry-After` |

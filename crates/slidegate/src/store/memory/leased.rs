@@ -288,7 +288,13 @@ where
             inner.freed.notify_waiters();
         }
         let decision = Decision::combine(&state).ok_or(Error::NoRules)?;
-        Ok(Settled::new(over_limit, decision))
+        let rules = record
+            .parts
+            .iter()
+            .map(|&(rule, _)| rule)
+            .zip(state)
+            .collect();
+        Ok(Settled::new(over_limit, decision).with_rules(rules))
     }
 
     /// Takes `ticket` out of the queues of `key`'s concurrency `rules`.

@@ -268,6 +268,7 @@ impl RedisStoreBuilder {
                 connect_timeout: self.connect_timeout,
                 calls,
                 max_leases: self.max_leases,
+                turns: Arc::default(),
             }),
         })
     }

@@ -42,6 +42,8 @@ pub(super) struct Inner {
     pub(super) feed: Arc<Feed>,
     /// The most leases open at once (see `leases.rs`; 0: not bounded).
     pub(super) max_leases: usize,
+    /// The waiters for places in this process, woken by the feed.
+    pub(super) turns: Arc<super::turns::Turns>,
 }
 
 /// How the store reaches Redis.

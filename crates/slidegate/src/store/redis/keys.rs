@@ -71,7 +71,7 @@ pub(crate) fn key_stem(prefix: &str, key: &str) -> String {
     String::from_utf8(out).unwrap_or_default()
 }
 
-fn write_stem(out: &mut Vec<u8>, prefix: &str, key: &str) {
+pub(super) fn write_stem(out: &mut Vec<u8>, prefix: &str, key: &str) {
     out.extend_from_slice(prefix.as_bytes());
     out.push(b':');
     out.extend_from_slice(FORMAT.as_bytes());

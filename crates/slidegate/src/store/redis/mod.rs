@@ -86,4 +86,5 @@ mod script;
 mod sentinel;
 mod store;
 mod topology;
+mod turns;
 mod url;

@@ -17,10 +17,10 @@ use crate::error::{Error, Result};
 use crate::rate::Rule;
 use crate::store::changes::{Change, ChangeListener};
 use crate::store::checks::{check_batch, check_cost, check_waits, validate_keys};
-use crate::store::contract::Store;
+use crate::store::contract::{Store, wait_by_asking};
 use crate::store::hit::Hit;
 use crate::store::key::validate_key;
-use crate::store::lease::{Lease, Settled};
+use crate::store::lease::{Lease, Settled, check_lease};
 use crate::store::reserve::{BatchReservation, wait_micros};
 
 /// Keys asked for per SCAN round trip in [`RedisStore::reset`].
@@ -179,6 +179,28 @@ impl Store for RedisStore {
     ) -> Result<Lease> {
         validate_key(key)?;
         leases::reserve(&self.inner, key, rules, cost, time).await
+    }
+
+    /// Places in arrival order across every process sharing the Redis
+    /// (a queue per key in Redis, woken by the change feed: see
+    /// `turns.rs`); a budget by asking again.
+    async fn reserve_lease_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: Duration,
+        max_wait: Duration,
+    ) -> Result<Lease> {
+        validate_key(key)?;
+        let places = rules
+            .first()
+            .is_some_and(|rule| rule.algorithm() == crate::rate::Algorithm::Concurrency);
+        if !places || cost != 1 || max_wait.is_zero() {
+            return wait_by_asking(self, key, rules, cost, time, max_wait).await;
+        }
+        check_lease(rules, cost, time)?;
+        leases::reserve_in_turn(&self.inner, key, rules, time, max_wait).await
     }
 
     async fn commit(&self, id: &str, key: Option<&str>, cost: u64) -> Result<Settled> {

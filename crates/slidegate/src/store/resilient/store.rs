@@ -262,6 +262,30 @@ impl<S: Store> Store for ResilientStore<S> {
         )
     }
 
+    /// Waits in the store's own way (on Redis, places in arrival order),
+    /// within the deadline plus the wait. Not one of the bounded calls in
+    /// flight, nor under the breakers: a waiter would hold a call for its
+    /// whole wait. Each of the store's own calls is bounded by its timeout.
+    async fn reserve_lease_wait(
+        &self,
+        key: &str,
+        rules: &[Rule],
+        cost: u64,
+        time: std::time::Duration,
+        max_wait: std::time::Duration,
+    ) -> Result<Lease> {
+        validate_key(key)?;
+        let shared = &*self.shared;
+        let waiting = shared
+            .store
+            .reserve_lease_wait(key, rules, cost, time, max_wait);
+        let within = shared.timeout + max_wait.min(crate::store::reserve::MAX_WAIT);
+        match tokio::time::timeout(within, waiting).await {
+            Ok(answer) => answer,
+            Err(_) => Err(Error::Timeout(within)),
+        }
+    }
+
     /// A settlement through the breakers and the deadline; when the store
     /// cannot answer, an error: the lease stays as it was (open until its
     /// time runs out, then charged in full).
