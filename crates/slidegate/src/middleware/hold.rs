@@ -192,7 +192,8 @@ impl Drop for Budget {
 }
 
 /// What a passed request holds until its response body ends or is
-/// dropped (see the [module](self)): made by the layers, given to
+/// dropped, whatever the path (an error, a panic, a client gone): made by
+/// the layers, given to
 /// [`RejectionBody::hold`](super::RejectionBody::hold).
 #[derive(Default)]
 pub struct Holding {
