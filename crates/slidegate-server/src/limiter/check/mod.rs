@@ -31,7 +31,7 @@ mod response;
 use plan::{Planned, bound_costs, drop_replaced, plan};
 pub use request::{CheckError, CheckRequest, DescriptorRequest};
 pub use response::{
-    CheckResponse, Code, DescriptorStatus, MetricName, UNLIMITED_REMAINING, Verdict,
+    CheckResponse, Code, DescriptorStatus, MetricName, Statuses, UNLIMITED_REMAINING, Verdict,
 };
 
 /// Decides `request` against `config` in `store`.
@@ -126,7 +126,7 @@ type Plans<'a> = SmallVec<[Option<Planned<'a>>; 2]>;
 fn respond(plans: Plans<'_>) -> CheckResponse<'_> {
     let mut response = CheckResponse {
         overall: Code::Ok,
-        statuses: Vec::with_capacity(plans.len()),
+        statuses: SmallVec::with_capacity(plans.len()),
         quota_violations: Vec::new(),
         quota_mode: false,
         known_domain: false,
