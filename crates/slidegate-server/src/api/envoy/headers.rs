@@ -173,7 +173,7 @@ mod tests {
     fn response(overall: Code, statuses: Vec<DescriptorStatus<'static>>) -> CheckResponse<'static> {
         CheckResponse {
             overall,
-            statuses: statuses.into(),
+            statuses,
             known_domain: true,
             quota_violations: Vec::new(),
             quota_mode: false,

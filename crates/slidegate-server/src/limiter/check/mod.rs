@@ -19,7 +19,6 @@
 use std::time::Duration;
 
 use slidegate::{Decision, Hit, Store};
-use smallvec::SmallVec;
 
 use crate::limiter::store_call::acquire_one;
 use crate::rules::{Enforcement, RateLimitConfig};
@@ -31,7 +30,7 @@ mod response;
 use plan::{Planned, bound_costs, drop_replaced, plan};
 pub use request::{CheckError, CheckRequest, DescriptorRequest};
 pub use response::{
-    CheckResponse, Code, DescriptorStatus, MetricName, Statuses, UNLIMITED_REMAINING, Verdict,
+    CheckResponse, Code, DescriptorStatus, MetricName, UNLIMITED_REMAINING, Verdict,
 };
 
 /// Decides `request` against `config` in `store`.
@@ -47,9 +46,7 @@ pub async fn check<'c, S: Store>(
         return Err(CheckError::NoDescriptors);
     }
     let request_hits = request.hits_addend.max(1);
-    // Inline for the requests Envoy sends most, one or two descriptors:
-    // no allocation on the path every admitted call takes.
-    let mut plans: Plans<'_> = SmallVec::with_capacity(request.descriptors.len());
+    let mut plans: Vec<Option<Planned<'_>>> = Vec::with_capacity(request.descriptors.len());
     for (i, descriptor) in request.descriptors.iter().enumerate() {
         if descriptor.entries.is_empty() {
             return Err(CheckError::EmptyDescriptor(i));
@@ -120,13 +117,10 @@ async fn decide_hard<S: Store>(
     Ok(passed)
 }
 
-/// A request's plans, one per descriptor (`None`: no limit applies).
-type Plans<'a> = SmallVec<[Option<Planned<'a>>; 2]>;
-
-fn respond(plans: Plans<'_>) -> CheckResponse<'_> {
+fn respond(plans: Vec<Option<Planned<'_>>>) -> CheckResponse<'_> {
     let mut response = CheckResponse {
         overall: Code::Ok,
-        statuses: SmallVec::with_capacity(plans.len()),
+        statuses: Vec::with_capacity(plans.len()),
         quota_violations: Vec::new(),
         quota_mode: false,
         known_domain: false,

@@ -6,7 +6,6 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use slidegate::Decision;
-use smallvec::SmallVec;
 
 use crate::rules::{Enforcement, Limit};
 
@@ -108,18 +107,13 @@ impl DescriptorStatus<'_> {
     }
 }
 
-/// A response's statuses, one per descriptor: inline for the requests
-/// Envoy sends most, one or two descriptors, so that deciding one
-/// allocates no list.
-pub type Statuses<'c> = SmallVec<[DescriptorStatus<'c>; 2]>;
-
 /// The answer to a request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CheckResponse<'c> {
     /// OVER_LIMIT if any descriptor is.
     pub overall: Code,
     /// One status per descriptor, in order.
-    pub statuses: Statuses<'c>,
+    pub statuses: Vec<DescriptorStatus<'c>>,
     /// The request's domain is configured.
     pub known_domain: bool,
     /// Indices of descriptors over a quota-mode limit.
