@@ -265,7 +265,14 @@ async fn nginx_auth_request_recipe_holds_the_limit_across_three_instances() {
                 "-e",
                 &format!("{d}/error.log"),
             ])
-            .args(["-c", conf_path.to_str().unwrap(), "-g", "daemon off;"])
+            // One process, no workers: killing the child stops NGINX whole
+            // (a killed master leaves its workers running, orphaned).
+            .args([
+                "-c",
+                conf_path.to_str().unwrap(),
+                "-g",
+                "daemon off; master_process off;",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
