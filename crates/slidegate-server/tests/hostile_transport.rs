@@ -162,16 +162,20 @@ fn an_idle_keep_alive_connection_is_closed_at_the_idle_timeout_not_before() {
     healthz_on(&mut stream);
     let answered = Instant::now();
     // Idle past the header timeout: still open, it is not waiting for a head.
-    assert_eq!(
-        closed_within(&mut stream, Duration::from_millis(2_800)),
-        None,
-        "an idle connection was closed before the idle timeout"
+    // A close the test thread sees late (it woke after its read timeout, on
+    // a loaded machine) is judged by when it was seen: not before 2.95 s.
+    if closed_within(&mut stream, Duration::from_millis(2_800)).is_none() {
+        closed_within(
+            &mut stream,
+            (Duration::from_secs(3) + SLACK).saturating_sub(answered.elapsed()),
+        )
+        .expect("an idle connection outlived --idle-timeout 3s");
+    }
+    let closed = answered.elapsed();
+    assert!(
+        closed >= Duration::from_millis(2_950),
+        "an idle connection was closed {closed:?} after its answer, before the idle timeout"
     );
-    closed_within(
-        &mut stream,
-        Duration::from_secs(3) + SLACK - answered.elapsed(),
-    )
-    .expect("an idle connection outlived --idle-timeout 3s");
     eprintln!(
         "an idle keep-alive connection was closed {:?} after its answer (--idle-timeout 3s)",
         answered.elapsed()
