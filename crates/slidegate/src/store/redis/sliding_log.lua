@@ -361,14 +361,12 @@ local function build_sliding_log()
     return st.nt
   end
 
-  -- Takes back c of the record made at time t, if it is still in the log
-  -- (a reset or its expiry may have removed it): that record and every
-  -- later one hold their running total c lower, so usage drops by c as if
-  -- it had never been admitted, and no other admission changes. A record
-  -- that held only this cost stays, costing 0, until it expires.
-  function sliding_log.undo(st, _, _, t, c)
+  -- The record made at time t, if it is still in the log: its offset, the
+  -- record size, and the cost it holds alone (its running total less the
+  -- one before it). nil when a reset or its expiry removed it.
+  local function record_of(st, t)
     if not st.live or t > st.nt or t < st.o1 then
-      return
+      return nil
     end
     local rec = st.ow + st.tw
     local lo, hi = 0, (st.e - st.s) / rec - 1
@@ -383,14 +381,27 @@ local function build_sliding_log()
     local p = st.s + lo * rec
     local at, total = record_at(st, p, 1)
     if at ~= t then
-      return
+      return nil
     end
     local before = st.H
     if p > st.s then
       local _
       _, before = record_at(st, p - rec, 1)
     end
-    if total - before < c then
+    return p, rec, total - before
+  end
+
+  -- Takes back c of the record made at time t, if it is still in the log
+  -- (a reset or its expiry may have removed it): that record and every
+  -- later one hold their running total c lower, so usage drops by c as if
+  -- it had never been admitted, and no other admission changes. A record
+  -- that held only this cost stays, costing 0, until it expires.
+  function sliding_log.undo(st, _, _, t, c)
+    local p, rec, held = record_of(st, t)
+    if not p then
+      return
+    end
+    if held < c then
       return
     end
     local tail
@@ -419,30 +430,10 @@ local function build_sliding_log()
   -- records after it move back one place; the value is written whole
   -- (the bytes before the record copied by Redis), its expiry kept.
   function sliding_log.give_back(st, _, _, t, c)
-    if not st.live or t > st.nt or t < st.o1 then
+    local p, rec, held = record_of(st, t)
+    if not p then
       return
     end
-    local rec = st.ow + st.tw
-    local lo, hi = 0, (st.e - st.s) / rec - 1
-    while lo < hi do
-      local mid = lo + math.floor((hi - lo) / 2)
-      if (record_at(st, st.s + mid * rec, 1)) < t then
-        lo = mid + 1
-      else
-        hi = mid
-      end
-    end
-    local p = st.s + lo * rec
-    local at, total = record_at(st, p, 1)
-    if at ~= t then
-      return
-    end
-    local before = st.H
-    if p > st.s then
-      local _
-      _, before = record_at(st, p - rec, 1)
-    end
-    local held = total - before
     if held < c then
       return
     end
