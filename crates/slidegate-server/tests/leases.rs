@@ -125,7 +125,10 @@ async fn budgets_are_reserved_then_committed_over_http() {
     // Unknown, mangled and another key's: the same 404, the same code.
     let other = post(addr, "/v1/acquire", budget("llm:2", 10)).await.json();
     let other_id = other["lease_id"].as_str().unwrap().to_owned();
-    let unknown = format!("{}0", &other_id[..other_id.len() - 1]);
+    // One hex digit changed: the last one, turned into another digit.
+    let (head, last) = other_id.split_at(other_id.len() - 1);
+    let unknown = format!("{head}{}", if last == "0" { "1" } else { "0" });
+    assert_ne!(unknown, other_id);
     for path in [
         format!("/v1/leases/{unknown}?key=llm:2"),
         format!("/v1/leases/{other_id}?key=llm:1"),
