@@ -8,6 +8,7 @@
 //! | throttle (redis-cell's `CL.THROTTLE`) | `t:KEY`, or `td:{TAG}#DIGEST` when `KEY` is too long | the RESP port's `CL.THROTTLE` |
 //! | configured counter | `c:DOMAIN\|KEY=VALUE\|…` | gRPC `ShouldRateLimit`, `POST /v1/check` |
 //! | limit override | `o:DOMAIN\|KEY=VALUE\|…\|LIMIT/WINDOW_MS` | the same, for descriptors with a `limit` |
+//! | carry marker | `x:#DIGEST` of a counter key and its new rule | the first decision of a counter after its limit changed |
 //!
 //! The server writes the prefix, never the client, and the prefixes differ
 //! from their first two bytes on: an ad-hoc key such as
@@ -43,6 +44,8 @@ const THROTTLE_DIGEST: &str = "td:";
 const COUNTER: &str = "c:";
 /// The prefix of the counters of limit overrides.
 const OVERRIDE: &str = "o:";
+/// The prefix of the markers of counters carried to a changed limit.
+const CARRY: &str = "x:";
 
 /// Descriptor parts (domain, entry key or value) longer than this, in
 /// bytes, are counted under their digest.
@@ -80,6 +83,14 @@ fn spaced_key(prefix: &str, digest_prefix: &str, key: &str) -> slidegate::Result
     }
     let digest = fit_key(key, MAX_KEY_LEN - digest_prefix.len());
     Ok(format!("{digest_prefix}{digest}"))
+}
+
+/// The key of the marker that says `counter` has carried its use to
+/// `rule`: the first server to count under it there makes the carry, the
+/// others find it taken. Its own key space, so no client text reaches it.
+pub fn carry_marker(counter: &str, rule: slidegate::Rule) -> String {
+    let digest = key_digest(format!("{counter}|{rule}").as_bytes());
+    format!("{CARRY}#{digest:032x}")
 }
 
 /// A counter key being written, part by part.
@@ -190,6 +201,19 @@ mod tests {
             assert!(adhoc.starts_with("a:"), "{adhoc}");
             assert_ne!(adhoc, envoy);
         }
+    }
+
+    #[test]
+    fn carry_markers_are_one_per_counter_and_rule_in_a_space_of_their_own() {
+        let rule = |text| slidegate::Rule::parse(text).unwrap();
+        let user1 = counter("api", &[("user", "1")]);
+        let user2 = counter("api", &[("user", "2")]);
+        let marker = carry_marker(&user1, rule("5/1h"));
+        assert!(marker.starts_with("x:#") && marker.len() == 35, "{marker}");
+        validate_key(&marker).unwrap();
+        assert_ne!(marker, carry_marker(&user2, rule("5/1h")));
+        assert_ne!(marker, carry_marker(&user1, rule("6/1h")));
+        assert_eq!(marker, carry_marker(&user1, rule("5/1h")));
     }
 
     #[test]

@@ -402,8 +402,11 @@ async fn a_rule_change_on_disk_reaches_grpc_without_a_restart(kind: StoreKind) {
     assert_eq!(first.statuses, [(false, 0)]);
     std::fs::write(dir.path().join("rules.yaml"), rules_of(100)).unwrap();
     let start = std::time::Instant::now();
-    loop {
-        let answer = ask(&server, Protocol::Grpc, "live", &[d(&[("k", "w")])], 1).await;
+    // A fresh counter each time: a counter used under the old rule would
+    // carry its use to the new one.
+    for poll in 0.. {
+        let value: &'static str = format!("w{poll}").leak();
+        let answer = ask(&server, Protocol::Grpc, "live", &[d(&[("k", value)])], 1).await;
         if answer.statuses == [(false, 99)] {
             break;
         }

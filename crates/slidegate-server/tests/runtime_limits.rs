@@ -306,6 +306,75 @@ async fn a_raised_limit_gives_no_fresh_quota() {
     );
 }
 
+/// How many of `n` checks of `tenant=VALUE` in `domain` are admitted.
+async fn checks_admitted(addr: SocketAddr, domain: &str, value: &str, n: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..n {
+        let reply = check(addr, domain, value).await;
+        match reply.json()["overallCode"].as_str() {
+            Some("OK") => admitted += 1,
+            Some("OVER_LIMIT") => {}
+            _ => panic!("{reply:?}"),
+        }
+    }
+    admitted
+}
+
+/// A runtime domain's limit raised, lowered, raised twice within a window:
+/// every counter keeps what it used, carried at its first check under the
+/// new limit; a new window is a new quota.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_domain_whose_limit_changes_keeps_what_its_counters_used() {
+    let server = Slidegate::start(&["--admin-token", TOKEN]);
+    let addr = server.http;
+    let put = |yaml: String| async move {
+        let reply = admin(
+            addr,
+            Method::PUT,
+            "/v1/config/domains/tenants",
+            &yaml,
+            &[("content-type", "application/yaml")],
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK, "{reply:?}");
+    };
+    put(domain_yaml("tenants", 3)).await;
+    assert_eq!(checks_admitted(addr, "tenants", "a", 4).await, 3);
+    assert_eq!(checks_admitted(addr, "tenants", "b", 1).await, 1);
+    assert_eq!(checks_admitted(addr, "tenants", "c", 2).await, 2);
+
+    put(domain_yaml("tenants", 5)).await;
+    assert_eq!(
+        checks_admitted(addr, "tenants", "a", 5).await,
+        2,
+        "3 used under 3/h count under 5/h"
+    );
+    assert_eq!(
+        checks_admitted(addr, "tenants", "d", 6).await,
+        5,
+        "a new counter"
+    );
+
+    // Raised again before b and c were checked: they carry from the first
+    // rule; a, carried already, keeps its 5.
+    put(domain_yaml("tenants", 6)).await;
+    assert_eq!(checks_admitted(addr, "tenants", "a", 3).await, 1);
+    assert_eq!(checks_admitted(addr, "tenants", "b", 6).await, 5);
+
+    // Lowered below what c used: nothing passes.
+    put(domain_yaml("tenants", 2)).await;
+    assert_eq!(checks_admitted(addr, "tenants", "c", 3).await, 0);
+
+    // Another window is another quota.
+    put(
+        "domain: tenants\ndescriptors:\n  - key: tenant\n    rate_limit: {window: 2h, requests_per_unit: 2}\n"
+            .to_owned(),
+    )
+    .await;
+    assert_eq!(checks_admitted(addr, "tenants", "a", 3).await, 2);
+    assert!(server.panics().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn if_match_guards_concurrent_writers_and_last_write_wins_without_it() {
     let server = Slidegate::start(&["--admin-token", TOKEN]);

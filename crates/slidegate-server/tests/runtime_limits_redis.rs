@@ -5,6 +5,8 @@
 //! - a change made on one server is enforced by every other within
 //!   [`BOUND`] of its `PUT` answering, cached denials included;
 //! - a server started later decides under them from its first request;
+//! - a domain's limit changed on one server: each counter carries what
+//!   it used to the new limit once, whichever server checks it first;
 //! - Redis down: every server keeps the last set it read and says so
 //!   (`/readyz`, a metric, a WARN), never "no limit"; Redis back empty:
 //!   it is given the set back.
@@ -193,6 +195,105 @@ async fn servers_on_a_redis_cluster_share_the_runtime_limits() {
         .await
         .unwrap();
     every_server_enforces_a_change_within_the_bound(&cluster.url(), 2).await;
+}
+
+async fn put_domain(addr: SocketAddr, limit: u64) -> common::Reply {
+    let bearer = format!("Bearer {TOKEN}");
+    let yaml = format!(
+        "domain: tenants\ndescriptors:\n  - key: tenant\n    rate_limit: {{unit: hour, requests_per_unit: {limit}}}\n"
+    );
+    common::request_to(
+        addr,
+        Method::PUT,
+        "/v1/config/domains/tenants",
+        &[
+            ("authorization", &bearer),
+            ("content-type", "application/yaml"),
+        ],
+        yaml.into_bytes(),
+    )
+    .await
+}
+
+/// Whether a check of `tenant=VALUE` is admitted.
+async fn check(addr: SocketAddr, value: &str) -> bool {
+    let reply = common::request_to(
+        addr,
+        Method::POST,
+        "/v1/check",
+        &[("content-type", "application/json")],
+        format!(
+            r#"{{"domain":"tenants","descriptors":[{{"entries":[{{"key":"tenant","value":"{value}"}}]}}]}}"#
+        )
+        .into_bytes(),
+    )
+    .await;
+    match reply.json()["overallCode"].as_str() {
+        Some("OK") => true,
+        Some("OVER_LIMIT") => false,
+        _ => panic!("{reply:?}"),
+    }
+}
+
+/// Waits until `server` has the domain at `version`.
+async fn until_domain_version(server: SocketAddr, version: u64) {
+    let bearer = format!("Bearer {TOKEN}");
+    let start = Instant::now();
+    loop {
+        let reply = common::request_to(
+            server,
+            Method::GET,
+            "/v1/config/domains/tenants",
+            &[("authorization", &bearer)],
+            Vec::new(),
+        )
+        .await;
+        if reply.header("etag") == Some(format!("\"{version}\"").as_str()) {
+            return;
+        }
+        assert!(
+            start.elapsed() < BOUND * 5,
+            "version {version} never reached {server}: {reply:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Two servers on one Redis; a domain's 3/h raised to 5/h on one: a
+/// tenant that used 3 has 2 left in all, checked in turn on both servers
+/// (one carry, not one per server, and not none); a tenant checked
+/// first on the other server carries there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_domain_limit_carries_each_counter_once_across_servers() {
+    let redis = Redis::start();
+    let (a, b) = (serve(&redis.url()), serve(&redis.url()));
+    until_ready(&a).await;
+    until_ready(&b).await;
+    let set = put_domain(a.http, 3).await;
+    assert_eq!(set.status, StatusCode::OK, "{set:?}");
+    until_domain_version(b.http, set.json()["version"].as_u64().unwrap()).await;
+    for tenant in ["x", "y"] {
+        for _ in 0..3 {
+            assert!(check(a.http, tenant).await);
+        }
+        assert!(!check(b.http, tenant).await);
+    }
+    let raised = put_domain(a.http, 5).await;
+    assert_eq!(raised.status, StatusCode::OK, "{raised:?}");
+    until_domain_version(b.http, raised.json()["version"].as_u64().unwrap()).await;
+    let mut admitted = [0, 0];
+    for (i, tenant) in ["x", "y"].into_iter().enumerate() {
+        // x is first checked on the server that was told, y on the other.
+        let servers = if i == 0 {
+            [a.http, b.http]
+        } else {
+            [b.http, a.http]
+        };
+        for round in 0..6 {
+            admitted[i] += usize::from(check(servers[round % 2], tenant).await);
+        }
+    }
+    assert_eq!(admitted, [2, 2], "3 used under 3/h count under 5/h, once");
 }
 
 /// Redis down: the server keeps its last set, and says so; a write is a

@@ -421,9 +421,9 @@ async fn rules_follow_the_control_plane_acked_nacked_and_kept_while_it_is_away()
         [1_000_000, 2_000_000].into(),
         "the load was decided by the old limit, then the new one"
     );
-    // The probe's new limit is in force (a changed limit counts afresh,
-    // as on a file reload: a rule's state is its limit and window).
-    assert_eq!(passes(server.http, "apps", "probe", 10).await, 6);
+    // The probe's new limit is in force, and what the probe used under
+    // the old one (3 of 3 a minute) still counts: 3 of 6 left.
+    assert_eq!(passes(server.http, "apps", "probe", 10).await, 3);
 
     // A bad config: NACKed with the validation error, the rules stay.
     let mut bad = apps(100, 100);
@@ -518,7 +518,8 @@ async fn rules_follow_the_control_plane_acked_nacked_and_kept_while_it_is_away()
         "v2",
         "the version held is sent again"
     );
-    assert_eq!(passes(server.http, "apps", "probe", 30).await, 20);
+    // 20 a minute now, of which the probe used 6 under v2's 6.
+    assert_eq!(passes(server.http, "apps", "probe", 30).await, 14);
     assert!(server.panics().is_empty(), "{:?}", server.panics());
     plane.stop().await;
 }

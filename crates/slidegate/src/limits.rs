@@ -294,7 +294,8 @@ pub fn carried_over(old: &[Rule], new: &[Rule]) -> Vec<(Rule, Rule)> {
 }
 
 /// Records on `key` under each new rule what it used under the old one
-/// (its limit less what remains), at most the new limit.
+/// (its limit, or burst, less what remains), at most the new limit (or
+/// burst).
 pub async fn carry_over<S: Store + ?Sized>(
     store: &S,
     key: &str,
@@ -302,8 +303,9 @@ pub async fn carry_over<S: Store + ?Sized>(
 ) -> Result<()> {
     for (old, new) in carried {
         let seen = store.peek(key, &[*old]).await?;
-        let used = old.limit().saturating_sub(seen.remaining());
-        let used = used.min(new.limit());
+        // `remaining` runs from 0 to the burst (the limit without one).
+        let used = old.burst().saturating_sub(seen.remaining());
+        let used = used.min(new.burst());
         if used > 0 {
             store
                 .acquire(key, &[new.without_options().reporting()], used)

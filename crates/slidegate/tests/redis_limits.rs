@@ -237,6 +237,27 @@ async fn a_raised_limit_keeps_what_was_used<S: Store>(store: S) {
     assert!(registry.acquire("tenant:none", 1).await.is_err());
 }
 
+/// A `gcra` rule's use is its burst less what remains: a key that took
+/// its burst of 50 at once, its rate raised from 10/s to 20/s, has none
+/// left, not the 40 a count against the rate's limit would leave.
+#[tokio::test]
+async fn a_changed_burst_rule_carries_the_burst_it_used() {
+    let registry = LimitRegistry::new(MemoryStore::new());
+    let key = "tenant:bursty";
+    let rule = |text| vec![Rule::parse(text).unwrap()];
+    registry
+        .set(key, rule("10/1h gcra burst 50"))
+        .await
+        .unwrap();
+    assert!(registry.acquire(key, 50).await.unwrap().allowed());
+    registry
+        .set(key, rule("20/1h gcra burst 50"))
+        .await
+        .unwrap();
+    let decision = registry.acquire(key, 1).await.unwrap();
+    assert!(!decision.allowed(), "{decision:?}");
+}
+
 #[tokio::test]
 async fn a_raised_limit_keeps_what_was_used_in_memory() {
     a_raised_limit_keeps_what_was_used(MemoryStore::new()).await;

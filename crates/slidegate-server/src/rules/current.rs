@@ -4,7 +4,7 @@
 //! the last reload that was refused (the status page shows it).
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use arc_swap::{ArcSwap, Guard};
 use serde::Serialize;
@@ -72,7 +72,7 @@ impl CurrentConfig {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let merged = self.inner.config.load().with_runtime(&domains);
-        self.inner.config.store(Arc::new(merged));
+        self.swap(merged);
         *runtime = domains;
     }
 
@@ -130,7 +130,16 @@ impl CurrentConfig {
         } else {
             config.with_runtime(&runtime)
         };
-        self.inner.config.store(Arc::new(merged));
+        self.swap(merged);
+        drop(runtime);
+    }
+
+    /// Puts `next` in force in place of the config before, carrying over
+    /// what counters used under the limits it changes. The caller holds
+    /// the runtime lock, so that swaps never interleave.
+    fn swap(&self, mut next: RateLimitConfig) {
+        next.carry_from(&self.inner.config.load(), Instant::now());
+        self.inner.config.store(Arc::new(next));
     }
 
     /// Remembers a refused reload (the last one is shown).

@@ -14,6 +14,7 @@
 //! A domain may also say which request headers feed which descriptor
 //! keys for proxies' forward-auth requests ([`forward_auth`]).
 
+pub mod carry;
 mod current;
 mod error;
 mod files;
@@ -28,6 +29,7 @@ pub mod xds;
 mod yaml;
 mod yaml_tree;
 
+pub use carry::Carry;
 pub use current::{CurrentConfig, RefusedReload};
 pub use error::ConfigError;
 pub use files::{MAX_FILE_BYTES, read_sources};

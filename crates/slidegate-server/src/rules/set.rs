@@ -2,11 +2,13 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 use slidegate::{Algorithm, Rate, Rule};
 
+use super::carry::{Carries, Carry, carries};
 use super::error::{ConfigError, PATH_CHARS, WORD_CHARS, quoted};
 use super::files::read_sources;
 use super::forward_auth::{HeaderFeed, MAX_HEADER_FEEDS};
@@ -40,6 +42,9 @@ pub struct RateLimitConfig {
     /// The domains a control plane sent, kept beside the files' sources
     /// for the same reason.
     xds: Vec<(String, FileSpec)>,
+    /// The limits whose counters carry over what they used under the
+    /// config before this one (see [`Carry`]).
+    carries: Carries,
 }
 
 /// How to load several files.
@@ -259,6 +264,26 @@ impl RateLimitConfig {
     /// True when `domain` is configured.
     pub fn has_domain(&self, domain: &str) -> bool {
         self.domains.contains_key(domain)
+    }
+
+    /// What the counters of limit `id` carry over from the rules before
+    /// a change, if they do (see [`Carry`]).
+    #[inline]
+    pub fn carry(&self, id: LimitId) -> Option<&Arc<Carry>> {
+        self.carries.get(&id)
+    }
+
+    /// Whether any limit's counters carry over use from before a change.
+    #[inline]
+    pub fn has_carries(&self) -> bool {
+        !self.carries.is_empty()
+    }
+
+    /// Makes this config, about to replace `previous` at `now`, carry
+    /// over what its counters used under the rules they replace.
+    pub fn carry_from(&mut self, previous: &RateLimitConfig, now: Instant) {
+        let made = carries(previous.limits(), &previous.carries, self.limits(), now);
+        self.carries = made;
     }
 
     /// Every configured limit with its domain, domains sorted, limits in

@@ -545,3 +545,31 @@ fn a_file_that_is_not_a_map_is_reported_by_kind_and_position() {
         "{err}"
     );
 }
+
+/// A reload (of files, or of a control plane's rules: both put the new
+/// config in force through [`CurrentConfig::store`]) carries the counters
+/// of a limit whose rule kept its window and algorithm.
+#[test]
+fn a_reload_that_changes_a_limit_carries_its_counters() {
+    let text = |limit: u64, unit: &str| {
+        format!(
+            "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {{unit: {unit}, requests_per_unit: {limit}}}\n  - key: ip\n    rate_limit: {{unit: minute, requests_per_unit: 7}}\n"
+        )
+    };
+    let current = CurrentConfig::new(yaml(&text(3, "hour")).unwrap());
+    assert!(!current.load().has_carries());
+    current.store(yaml(&text(5, "hour")).unwrap());
+    let config = current.load();
+    let user = config.lookup("api", &[("user", "1")]).unwrap().limit.id;
+    let ip = config.lookup("api", &[("ip", "1")]).unwrap().limit.id;
+    let carry = config.carry(user).expect("the user limit carries");
+    assert_eq!(carry.old, [Rule::parse("3/1h").unwrap()]);
+    assert_eq!(carry.new, Rule::parse("5/1h").unwrap());
+    assert!(
+        config.carry(ip).is_none(),
+        "an unchanged limit carries nothing"
+    );
+    // Another unit is another quota.
+    current.store(yaml(&text(5, "day")).unwrap());
+    assert!(!current.load().has_carries());
+}

@@ -207,6 +207,16 @@ impl RuntimeLimits {
                 listener: Mutex::default(),
             }),
         };
+        // Every series exported from the start, at zero: a dashboard's
+        // query over them has something to show before the first change.
+        metrics::counter!("slidegate_runtime_limits_read_failures_total").increment(0);
+        for kind in ["key", "domain"] {
+            for change in ["set", "removed"] {
+                metrics::counter!("slidegate_runtime_limit_changes_total", "kind" => kind, "change" => change)
+                    .increment(0);
+            }
+        }
+        metrics::gauge!("slidegate_runtime_limits_version").set(0.0);
         match &limits.inner.home {
             Home::Memory => {
                 tracing::warn!(

@@ -98,6 +98,22 @@ pub const FAMILIES: &[Family] = &[
          enforced), else 0.",
     ),
     family(
+        "slidegate_runtime_limit_changes_total",
+        Kind::Counter,
+        "Limits set at run time changed through this server, by kind (key, domain) and change \
+         (set, removed).",
+    ),
+    family(
+        "slidegate_runtime_limits_version",
+        Kind::Gauge,
+        "The version of the limits set at run time this server holds.",
+    ),
+    family(
+        "slidegate_runtime_limits_read_failures_total",
+        Kind::Counter,
+        "Reads of the limits set at run time that failed (the last set read stays in force).",
+    ),
+    family(
         "slidegate_xds_connected",
         Kind::Gauge,
         "1 while the xDS stream to the control plane is up (--xds-server), else 0.",

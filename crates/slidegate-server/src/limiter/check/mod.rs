@@ -23,6 +23,7 @@ use slidegate::{Decision, Hit, Store};
 use crate::limiter::store_call::acquire_one;
 use crate::rules::{Enforcement, RateLimitConfig};
 
+mod carry;
 mod plan;
 mod request;
 mod response;
@@ -56,6 +57,9 @@ pub async fn check<'c, S: Store>(
     }
     drop_replaced(&mut plans);
     bound_costs(&mut plans);
+    if config.has_carries() {
+        carry::carry_in(config, store, &plans).await;
+    }
 
     // A hard limit that is over whatever the state vetoes the request:
     // nothing is counted, the others only report their state.
