@@ -318,7 +318,10 @@ mod tests {
         let probe = b.permit(Instant::now()).expect("a probe");
         drop(probe);
         std::thread::sleep(Duration::from_millis(250));
-        assert!(b.permit(later()).is_none(), "the cooldown doubled to 400 ms");
+        assert!(
+            b.permit(later()).is_none(),
+            "the cooldown doubled to 400 ms"
+        );
         std::thread::sleep(Duration::from_millis(200));
         assert!(b.permit(later()).is_some());
     }
