@@ -80,8 +80,10 @@ async fn three_instances_on_one_redis_delay_nine_requests_in_three_groups_of_thr
     );
     let times = admissions(&server, &instances[0].1).await;
     assert_eq!(times.len(), 9, "{times:?}");
-    // The first three arrived together and passed at once.
-    assert!(times[2] - times[0] < 500_000, "{times:?}");
+    // The first three passed at once: within one window of each other (a
+    // delayed one would be a window and 1 µs after the first). Half a
+    // window failed if a loaded machine sent the third 500 ms late.
+    assert!(times[2] - times[0] < 1_000_000, "{times:?}");
     // Each waiter took the time at which the admission three before it is
     // one window and 1 µs old: groups at 0, 1 and 2 s, and never a fourth
     // admission within one window of three others.
