@@ -129,7 +129,7 @@ async fn cost_consumes_that_many_units_and_zero_consumes_none(kind: StoreKind) {
 
 async fn each_algorithm_keeps_its_own_state(kind: StoreKind) {
     let server = TestServer::on(kind).await;
-    // A day, not a minute: the fixed window's are aligned to the epoch,
+    // A day, not a minute: fixed windows are aligned to the epoch,
     // and a boundary passed between the two requests (one run in about
     // 60,000 / the milliseconds between them) admitted the second one.
     let body = |algorithm: &str| {

@@ -186,7 +186,7 @@ async fn a_login_is_locked_out_after_its_fifth_attempt(kind: StoreKind) {
     };
     // A block of 3 s, its bounds counted from when the sixth attempt was
     // sent: on a loaded machine, fixed ones (1.3 to 1.5 s left, still
-    // locked 700 ms later) failed when a step took 200 ms.
+    // locked 700 ms later) fail when a step takes 200 ms.
     const BLOCK: Duration = Duration::from_millis(3_000);
     let body = |user: &str| json!({"key": format!("login:{user}"), "limit": 5, "window_ms": 500, "block_ms": 3_000});
     for _ in 0..5 {

@@ -149,8 +149,8 @@ async fn each_path_gives_its_place_back() {
 #[tokio::test]
 async fn a_forgotten_place_comes_back_after_its_lease() {
     // A clock the test moves: on the system's, a stall of 200 ms between
-    // the leak and the next request (a loaded machine) let the lease run
-    // out before the refusal was checked.
+    // the leak and the next request (a loaded machine) lets the lease run
+    // out before the refusal is checked.
     let clock = ManualClock::new();
     let store: MemoryStore<String, ManualClock> =
         MemoryStore::builder().clock(clock.clone()).build();

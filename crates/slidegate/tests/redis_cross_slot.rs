@@ -225,8 +225,8 @@ fn a_gcra_undo_gives_back_only_what_has_not_drained(h: &Harness) {
     let filled = h.runtime.block_on(store.acquire(&user, &[user_rule], 1));
     assert!(filled.expect("a decision").allowed());
     // 1.5 s: the batch, the peeks and the other request all come within
-    // it, on a loaded machine too (0.5 s with a 400 ms bound on the first
-    // peek was passed by one stall).
+    // it, on a loaded machine too (0.5 s, with a 400 ms bound on the first
+    // peek, left one stall of a few hundred ms no room).
     let sleeper = std::thread::spawn(move || {
         common::redis_server::command_on(user_master, &["DEBUG", "SLEEP", "1.5"])
     });
@@ -451,7 +451,7 @@ fn undo_after_the_window_moved_on(
     prop_assert!(filled.is_ok_and(|d| d.allowed()));
     // 1.5 s (under the fixture's 2 s read timeout): every tenant charged
     // and every other request made within it, on a loaded machine too
-    // (1 s with a 700 ms bound on the charges was too short there).
+    // (1 s, with a 700 ms bound on the charges, left little room there).
     let sleeper = std::thread::spawn(move || {
         common::redis_server::command_on(user_master, &["DEBUG", "SLEEP", "1.5"])
     });

@@ -247,7 +247,7 @@ mod tests {
     use super::*;
 
     /// Cool-downs of 200 ms, not 20: a refusal is asserted up to 150 ms
-    /// before one ends, which a loaded machine's stall of 15 ms passed.
+    /// before one ends, a margin a loaded machine's stall of 15 ms used up.
     fn breaker(threshold: u32, min_ms: u64, max_ms: u64) -> Arc<Breaker> {
         Arc::new(Breaker::new(
             "store",
