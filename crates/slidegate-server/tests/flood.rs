@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use common::redis::free_port;
+use common::redis::ReservedPort;
 use slidegate::store::resilient::{FailurePolicy, ResilientStore};
 use slidegate::{MemoryStore, Rule, Store};
 use slidegate_server::store::{Backend, StoreUrl};
@@ -127,7 +127,8 @@ async fn a_million_unique_keys_stay_within_max_keys_and_the_deny_cache_bound() {
     drop(memory);
 
     // Redis is down: the local fallback decides, and holds MAX_KEYS keys too.
-    let dead = format!("redis://127.0.0.1:{}", free_port(false));
+    let closed = ReservedPort::new();
+    let dead = format!("redis://127.0.0.1:{}", closed.port());
     let fallback = open(StoreUrl::Redis(dead), FailurePolicy::Local).await;
     let counts = flood_within_bound("local fallback", &fallback).await;
     assert_held("local fallback", counts.allowed);

@@ -162,11 +162,15 @@ async fn budgets_are_reserved_then_committed_over_http() {
 async fn max_leases_bounds_the_open_leases_and_names_its_flag() {
     let server = Slidegate::start(&["--max-leases", "3"]);
     let addr = server.http;
-    let short = json!({"key": "k", "limit": 100, "window_ms": 60_000, "cost": 1, "lease_ms": 300});
+    // 1 s: the three requests below come within it on a loaded machine
+    // too (300 ms could run out before the refusal was checked).
+    let short =
+        json!({"key": "k", "limit": 100, "window_ms": 60_000, "cost": 1, "lease_ms": 1_000});
     assert_eq!(
         post(addr, "/v1/acquire", short).await.status,
         StatusCode::OK
     );
+    let expired = Instant::now() + Duration::from_millis(1_000);
     for _ in 0..2 {
         assert_eq!(
             post(addr, "/v1/acquire", budget("k2", 1)).await.status,
@@ -188,7 +192,8 @@ async fn max_leases_bounds_the_open_leases_and_names_its_flag() {
         4998,
         "the refused lease recorded nothing"
     );
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // 100 ms over the lease, as before (300 ms lease, 400 ms sleep).
+    tokio::time::sleep_until((expired + Duration::from_millis(100)).into()).await;
     assert_eq!(
         post(addr, "/v1/acquire", budget("k2", 1)).await.status,
         StatusCode::OK,
@@ -311,6 +316,22 @@ async fn fifty_clients_over_three_servers_never_hold_more_than_the_limit() {
         "/v1/acquire",
         json!({"key": key, "limit": L, "algorithm": "concurrency", "lease_ms": 10_000, "max_wait_ms": 3000}),
     ));
+    // Waiting from when its server counts it (a loaded machine can take
+    // more than 50 ms to deliver it: then it waited less than the 150 ms
+    // asked below, or not at all if it came after the release).
+    let counted = Instant::now();
+    loop {
+        let metrics = common::get(addrs[2], "/metrics").await;
+        let text = String::from_utf8_lossy(&metrics.body).into_owned();
+        if text.lines().any(|l| l == "slidegate_waiting_requests 1") {
+            break;
+        }
+        assert!(
+            counted.elapsed() < Duration::from_secs(10),
+            "the waiter never waited: {text}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     tokio::time::sleep(Duration::from_millis(200)).await;
     let id = last.json()["lease_id"].as_str().unwrap().to_owned();
     assert_eq!(

@@ -13,7 +13,7 @@ mod process;
 
 use std::time::{Duration, Instant};
 
-use common::redis::{Redis, free_port};
+use common::redis::{Redis, ReservedPort};
 use http::StatusCode;
 use load::{Answer, Load, Plan, Sample};
 use outage::*;
@@ -70,8 +70,10 @@ async fn until<F: std::future::Future<Output = bool>>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_starts_while_redis_is_down_and_becomes_ready_when_it_answers() {
     let _serial = SERIAL.lock().await;
-    let port = free_port(false);
-    let url = format!("redis://127.0.0.1:{port}");
+    // Held until Redis starts on it: a port let go in between can be
+    // taken by the server's own listeners or by anything else.
+    let reserved = ReservedPort::new();
+    let url = format!("redis://127.0.0.1:{}", reserved.port());
     let mut server = Slidegate::start(&[
         "--store",
         &url,
@@ -103,6 +105,7 @@ async fn the_server_starts_while_redis_is_down_and_becomes_ready_when_it_answers
         server.logs()
     );
 
+    let port = reserved.release();
     let _redis = off_thread(move || Redis::start_on(port, &[])).await;
     let ready = until("ready", Duration::from_secs(10), || async {
         common::get(server.http, "/readyz").await.status == StatusCode::OK

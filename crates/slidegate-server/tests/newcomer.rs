@@ -11,6 +11,7 @@ mod process;
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::redis::ReservedPort;
 use process::Slidegate;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_slidegate");
@@ -26,10 +27,10 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// A port nothing listens on: bound once, then closed.
-fn closed_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    listener.local_addr().expect("an address").port()
+/// A port nothing listens on, held for the test (a port bound once and
+/// let go can be taken by the next process that binds one).
+fn closed_port() -> ReservedPort {
+    ReservedPort::new()
 }
 
 fn path(dir: &Path) -> &str {
@@ -79,7 +80,8 @@ fn validate_config_refuses_an_empty_directory_as_serve_does() {
 
 #[test]
 fn check_against_a_dead_store_warns_and_exits_with_its_own_code() {
-    let url = format!("redis://127.0.0.1:{}", closed_port());
+    let closed = closed_port();
+    let url = format!("redis://127.0.0.1:{}", closed.port());
     let output = slidegate(&[
         "check",
         "--key",
@@ -194,7 +196,8 @@ fn runtime() -> tokio::runtime::Runtime {
 
 #[test]
 fn a_dead_redis_says_why_in_readyz_and_the_log_once_and_the_start_line_says_where() {
-    let port = closed_port();
+    let closed = closed_port();
+    let port = closed.port();
     let url = format!("redis://user:secret@127.0.0.1:{port}");
     let server = Slidegate::start(&["--store", &url]);
     // The line that gave the addresses may be collected just after.
@@ -260,7 +263,8 @@ fn a_dead_redis_says_why_in_readyz_and_the_log_once_and_the_start_line_says_wher
 
 #[test]
 fn a_closed_otlp_endpoint_is_warned_about_once() {
-    let endpoint = format!("http://127.0.0.1:{}", closed_port());
+    let closed = closed_port();
+    let endpoint = format!("http://127.0.0.1:{}", closed.port());
     // Batches every 100 ms: several exports fail within the test.
     let server = Slidegate::start_with_env(
         &["--otlp-endpoint", &endpoint],

@@ -33,6 +33,12 @@ use common::{Reply, request_from};
 use http::{Method, StatusCode};
 use process::Slidegate;
 
+/// One test at a time: run in parallel, the NGINX and Caddy tests failed
+/// 3 runs in 5 here (a client past its limit admitted, or Caddy never
+/// listening), one after the other none did. Requests of one test were
+/// counted by the other's servers; why is not known yet.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The limit of each client address in the test's rules.
 const LIMIT: usize = 5;
 
@@ -230,6 +236,7 @@ async fn nginx_auth_request_recipe_holds_the_limit_across_three_instances() {
     let Some(nginx) = binary("nginx", "nginx") else {
         return;
     };
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     // NGINX's workers may run as another user: they write its temp files.
     std::fs::set_permissions(
@@ -289,6 +296,7 @@ async fn caddy_forward_auth_recipe_holds_the_limit_across_three_instances() {
     let Some(caddy) = binary("caddy", "caddy") else {
         return;
     };
+    let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let (_redis, servers) = servers(dir.path());
     let (app, hits) = upstream().await;

@@ -19,7 +19,7 @@ mod process;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::redis::{MASTER_NAME, Redis, Sentinels, free_port};
+use common::redis::{MASTER_NAME, Redis, ReservedPort, Sentinels};
 use http::StatusCode;
 use load::{Answer, Latencies, Load, Sample, StallWatch};
 use outage::*;
@@ -240,10 +240,11 @@ async fn a_third_sentinel_naming_another_master_is_outvoted_logged_once_and_neve
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_sentinel_answering_is_not_ready_and_decided_by_the_policy() {
+    let closed = [ReservedPort::new(), ReservedPort::new()];
     let url = format!(
         "redis+sentinel://127.0.0.1:{},127.0.0.1:{}/{MASTER_NAME}",
-        free_port(false),
-        free_port(false)
+        closed[0].port(),
+        closed[1].port()
     );
     let server = in_process(&url, FailurePolicy::Deny, STORE_TIMEOUT).await;
     let ready = common::get(server.addr, "/readyz").await;

@@ -299,8 +299,11 @@ async fn axum_redis_instances_never_admit_more_than_100_a_second_on_the_route() 
     let (seen, longest_gap) = reader.join().expect("the reader ran");
 
     let admitted = admitted_by[0] + admitted_by[1];
+    // A record stays in the log until a decision a window (1 s) after it:
+    // reads less than 750 ms apart see every one. (250 ms, the bound of a
+    // 300 ms window elsewhere, failed a loaded machine's run needlessly.)
     assert!(
-        longest_gap < Duration::from_millis(250),
+        longest_gap < Duration::from_millis(750),
         "the reader stalled for {longest_gap:?}: the machine is too busy for this test"
     );
     assert!(

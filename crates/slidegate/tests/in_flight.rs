@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use slidegate::MemoryStore;
+use slidegate::clock::ManualClock;
 use slidegate::middleware::{InFlightLayer, Key};
 use tower::{Layer, Service, ServiceExt, service_fn};
 
@@ -147,13 +148,14 @@ async fn each_path_gives_its_place_back() {
 
 #[tokio::test]
 async fn a_forgotten_place_comes_back_after_its_lease() {
-    let layer = InFlightLayer::max_in_flight(
-        MemoryStore::new(),
-        Key::global(),
-        1,
-        Duration::from_millis(200),
-    )
-    .unwrap();
+    // A clock the test moves: on the system's, a stall of 200 ms between
+    // the leak and the next request (a loaded machine) lets the lease run
+    // out before the refusal is checked.
+    let clock = ManualClock::new();
+    let store: MemoryStore<String, ManualClock> =
+        MemoryStore::builder().clock(clock.clone()).build();
+    let layer =
+        InFlightLayer::max_in_flight(store, Key::global(), 1, Duration::from_millis(200)).unwrap();
     let mut service = layer.layer(service_fn(|_: Request<String>| async {
         Ok::<_, Infallible>(Response::new("x".to_owned()))
     }));
@@ -174,7 +176,20 @@ async fn a_forgotten_place_comes_back_after_its_lease() {
         .await
         .unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
-    tokio::time::sleep(Duration::from_millis(210)).await;
+    clock.advance(Duration::from_millis(199));
+    let still = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request("a", "ok"))
+        .await
+        .unwrap();
+    assert_eq!(
+        still.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "held until its lease ends"
+    );
+    clock.advance(Duration::from_millis(1));
     let back = service
         .ready()
         .await

@@ -15,6 +15,11 @@ const INSTALL_HINT: &str = "redis-server and redis-cli are needed for the Redis 
 /// How long a node or a cluster may take to come up.
 const STARTUP: Duration = Duration::from_secs(20);
 
+/// How many free ports a node is started on before a test gives up
+/// (another test takes one in between rarely; five in a row would be a
+/// broken machine).
+const PORT_ATTEMPTS: usize = 5;
+
 /// One `redis-server`, killed when dropped.
 pub struct Redis {
     child: Option<Child>,
@@ -33,27 +38,55 @@ impl Redis {
 
     /// A node on a free port with extra `redis-server` options.
     pub fn start_with(extra: &[&str]) -> Redis {
-        Redis::start_on(free_port(false), extra)
+        Redis::start_on_a_free_port(false, extra)
     }
 
-    /// A node on `port` (one a server was told to use before it existed).
+    /// A node on a free port (a cluster node on one whose bus port is free
+    /// too). A port is free only when it is found: a test running in
+    /// parallel can bind it before this node does, which then exits at
+    /// once; it is started again on another port.
+    fn start_on_a_free_port(with_bus: bool, extra: &[&str]) -> Redis {
+        for _ in 0..PORT_ATTEMPTS {
+            let mut redis = Redis::node(free_port(with_bus), extra);
+            if redis.spawn() {
+                return redis;
+            }
+        }
+        panic!("redis-server found its port taken {PORT_ATTEMPTS} times in a row")
+    }
+
+    /// A node on `port` (one a server was told to use before it existed:
+    /// keep it reserved with [`ReservedPort`] until then).
     pub fn start_on(port: u16, extra: &[&str]) -> Redis {
-        let mut redis = Redis {
+        let mut redis = Redis::node(port, extra);
+        assert!(redis.spawn(), "port {port} was taken by another process");
+        redis
+    }
+
+    fn node(port: u16, extra: &[&str]) -> Redis {
+        Redis {
             child: None,
             port,
             args: extra.iter().map(|s| (*s).to_owned()).collect(),
             dir: tempfile::tempdir().expect("a temporary directory"),
             sentinel_conf: None,
-        };
-        redis.spawn();
-        redis
+        }
     }
 
     /// A sentinel (`redis-server sentinel.conf --sentinel`) on a free port,
     /// watching the master on `master_port` under [`MASTER_NAME`] with a
     /// quorum of 2, and declaring it down after 1 s without an answer.
     pub fn start_sentinel(master_port: u16) -> Redis {
-        let port = free_port(false);
+        for _ in 0..PORT_ATTEMPTS {
+            let mut sentinel = Redis::sentinel(free_port(false), master_port);
+            if sentinel.spawn() {
+                return sentinel;
+            }
+        }
+        panic!("redis-server --sentinel found its port taken {PORT_ATTEMPTS} times in a row")
+    }
+
+    fn sentinel(port: u16, master_port: u16) -> Redis {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let conf = dir.path().join("sentinel.conf");
         std::fs::write(
@@ -68,18 +101,19 @@ impl Redis {
             ),
         )
         .expect("write sentinel.conf");
-        let mut redis = Redis {
+        Redis {
             child: None,
             port,
             args: Vec::new(),
             dir,
             sentinel_conf: Some(conf),
-        };
-        redis.spawn();
-        redis
+        }
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process and waits until it answers; false when it exited
+    /// first (its port was taken). The answer must come from this process
+    /// (`process_id` of `INFO server`), not from another one on the port.
+    fn spawn(&mut self) -> bool {
         let mut command = Command::new("redis-server");
         match &self.sentinel_conf {
             Some(conf) => command.arg(conf).arg("--sentinel"),
@@ -95,8 +129,32 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): {INSTALL_HINT}"));
+        let ours = format!("process_id:{}\r\n", child.id());
         self.child = Some(child);
-        self.wait_until("answers PING", |r| r.ping());
+        let start = Instant::now();
+        loop {
+            let exited = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if exited {
+                self.child = None;
+                return false;
+            }
+            if self.ping()
+                && self
+                    .command(&["INFO", "server"])
+                    .is_ok_and(|info| text_of(&info).contains(&ours))
+            {
+                return true;
+            }
+            assert!(
+                start.elapsed() < STARTUP,
+                "redis-server on port {} never answered PING",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The port it listens on.
@@ -132,7 +190,11 @@ impl Redis {
     /// and data directory, and returns once it answers PING.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "restart a running redis-server");
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "port {} was taken by another process while redis-server was down",
+            self.port
+        );
     }
 
     /// True when it answers PING now.
@@ -283,21 +345,18 @@ impl Cluster {
     ) -> Cluster {
         let mut nodes = Vec::new();
         for _ in 0..masters * (1 + replicas) {
-            let port = free_port(true);
-            let conf = format!("nodes-{port}.conf");
+            // Each node keeps its nodes.conf in a directory of its own.
             let timeout = node_timeout_ms.to_string();
             let mut args = vec![
                 "--cluster-enabled",
                 "yes",
-                "--cluster-config-file",
-                &conf,
                 "--cluster-node-timeout",
                 &timeout,
                 "--appendonly",
                 "no",
             ];
             args.extend_from_slice(extra);
-            nodes.push(Redis::start_on(port, &args));
+            nodes.push(Redis::start_on_a_free_port(true, &args));
         }
         let addresses: Vec<String> = nodes.iter().map(Redis::addr).collect();
         let output = Command::new("redis-cli")
@@ -395,6 +454,38 @@ pub fn key_slot(key: &str) -> u16 {
         }
     }
     crc % 16_384
+}
+
+/// A port bound by this test and not listening: a connection to it is
+/// refused, and no other process can take it (as a port found free and
+/// let go can be) until the reservation is dropped.
+pub struct ReservedPort {
+    socket: tokio::net::TcpSocket,
+    port: u16,
+}
+
+impl ReservedPort {
+    /// Binds a free port (without `SO_REUSEADDR`, so that nothing else can
+    /// bind it) and never listens on it.
+    pub fn new() -> ReservedPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket
+            .bind(([127, 0, 0, 1], 0).into())
+            .expect("bind a free port");
+        let port = socket.local_addr().expect("a local address").port();
+        ReservedPort { socket, port }
+    }
+
+    /// The port held.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Lets the port go and returns it (to start a node on it at once).
+    pub fn release(self) -> u16 {
+        drop(self.socket);
+        self.port
+    }
 }
 
 /// A port that is free now (and, for a cluster node, whose bus port

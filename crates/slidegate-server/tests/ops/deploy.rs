@@ -9,7 +9,6 @@
 //! paths.
 
 use std::collections::BTreeSet;
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 
@@ -510,12 +509,11 @@ fn the_dockerfile_health_check_passes_on_a_serving_server_and_fails_without_one(
         "unhealthy while serving"
     );
     drop(server);
-    // A port nothing listens on.
-    let free = TcpListener::bind("127.0.0.1:0").expect("a free port");
-    let addr = free.local_addr().expect("its address");
-    drop(free);
+    // A port nothing listens on, held so that no other test's server
+    // can take it meanwhile (a port let go can be).
+    let closed = crate::common::redis::ReservedPort::new();
     assert!(
-        !run_health_check(&addr.to_string()),
+        !run_health_check(&format!("127.0.0.1:{}", closed.port())),
         "healthy without a server"
     );
 }

@@ -5,11 +5,17 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const INSTALL_HINT: &str = "redis-server and redis-cli are needed for the Redis store tests: \
      install them (Debian/Ubuntu: `apt-get install redis-server`; macOS: `brew install redis`)";
+
+/// How many free ports a server is started on before a test gives up
+/// (another test takes one in between rarely; five in a row would be a
+/// broken machine).
+const PORT_ATTEMPTS: usize = 5;
 
 /// One `redis-server` process.
 pub struct RedisServer {
@@ -23,38 +29,90 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server on a free port and waits until it answers PING.
     pub fn start() -> RedisServer {
-        RedisServer::start_with(free_port(false), &[])
+        RedisServer::start_with(&[])
     }
 
     /// Starts a server with extra `redis-server` options.
     pub fn start_with_args(extra: &[&str]) -> RedisServer {
-        RedisServer::start_with(free_port(false), extra)
+        RedisServer::start_with(extra)
     }
 
-    fn start_with(port: u16, extra: &[&str]) -> RedisServer {
+    /// Starts a server on a free port (a cluster node on one whose bus port
+    /// is free too), on another one when the port was taken in between.
+    fn start_with(extra: &[&str]) -> RedisServer {
         let password = extra
             .windows(2)
             .find(|w| w[0] == "--requirepass")
-            .map(|w| w[1].to_owned());
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string()])
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): {INSTALL_HINT}"));
-        let server = RedisServer {
-            child,
-            port,
-            _dir: dir,
-            password,
-        };
-        server.wait_for(|| server.command(&["PING"]).as_deref() == Some("PONG"));
-        server
+            .map(|w| w[1]);
+        let cluster = extra.contains(&"--cluster-enabled");
+        RedisServer::start_on_a_free_port(cluster, password, |port, dir| {
+            let mut command = Command::new("redis-server");
+            command
+                .args(["--port", &port.to_string()])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(dir)
+                .args(extra);
+            command
+        })
+    }
+
+    /// Runs `command(port, directory)` on free ports until a server comes
+    /// up on its own port. A port is free only when it is found: a test
+    /// running in parallel can bind it before this server does, which then
+    /// exits at once, while a PING would be answered by the other test's
+    /// server.
+    fn start_on_a_free_port(
+        with_bus: bool,
+        password: Option<&str>,
+        command: impl Fn(u16, &Path) -> Command,
+    ) -> RedisServer {
+        for _ in 0..PORT_ATTEMPTS {
+            let port = free_port(with_bus);
+            let dir = tempfile::tempdir().expect("a temporary directory");
+            let child = command(port, dir.path())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start redis-server ({e}): {INSTALL_HINT}"));
+            let mut server = RedisServer {
+                child,
+                port,
+                _dir: dir,
+                password: password.map(str::to_owned),
+            };
+            if server.came_up() {
+                return server;
+            }
+        }
+        panic!("redis-server found its port taken {PORT_ATTEMPTS} times in a row")
+    }
+
+    /// Waits until this process answers PING, or returns false once it
+    /// has exited (its port was taken). The answer must come from this
+    /// process (`process_id` of `INFO server`), not from another server
+    /// that took the port.
+    fn came_up(&mut self) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            let ours = format!("process_id:{}\r\n", self.child.id());
+            if self.command(&["PING"]).as_deref() == Some("PONG")
+                && self
+                    .command(&["INFO", "server"])
+                    .is_some_and(|info| info.contains(&ours))
+            {
+                return true;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "redis-server on port {} did not come up",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// The port it listens on.
@@ -109,18 +167,10 @@ impl RedisCluster {
     pub fn start_with(extra: &[&str]) -> RedisCluster {
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            let port = free_port(true);
-            let conf = format!("nodes-{port}.conf");
-            let mut args = vec![
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                &conf,
-                "--cluster-node-timeout",
-                "5000",
-            ];
+            // Each node has a directory of its own for its nodes.conf.
+            let mut args = vec!["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"];
             args.extend_from_slice(extra);
-            nodes.push(RedisServer::start_with(port, &args));
+            nodes.push(RedisServer::start_with(&args));
         }
         let addresses: Vec<String> = nodes
             .iter()
@@ -205,7 +255,7 @@ impl SentinelGroup {
         let auth: Vec<&str> = master_password
             .map(|p| vec!["--requirepass", p, "--masterauth", p])
             .unwrap_or_default();
-        let master = RedisServer::start_with(free_port(false), &auth);
+        let master = RedisServer::start_with(&auth);
         let port = master.port().to_string();
         let mut args = vec!["--replicaof", "127.0.0.1", &port];
         args.extend_from_slice(&auth);
@@ -292,38 +342,24 @@ impl RedisServer {
                 "requirepass {password}\nsentinel sentinel-pass {password}\n"
             ));
         }
-        let port = free_port(false);
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let conf = dir.path().join("sentinel.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                 sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
-                 sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
-                 sentinel failover-timeout {MASTER_NAME} 2000\n\
-                 sentinel parallel-syncs {MASTER_NAME} 1\n{auth}",
-                dir = dir.path().display()
-            ),
-        )
-        .expect("write sentinel.conf");
-        let child = Command::new("redis-server")
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!("cannot start redis-server --sentinel ({e}): {INSTALL_HINT}")
-            });
-        let server = RedisServer {
-            child,
-            port,
-            _dir: dir,
-            password: password.map(str::to_owned),
-        };
-        server.wait_for(|| server.command(&["PING"]).as_deref() == Some("PONG"));
-        server
+        RedisServer::start_on_a_free_port(false, password, |port, dir| {
+            let conf = dir.join("sentinel.conf");
+            std::fs::write(
+                &conf,
+                format!(
+                    "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+                     sentinel monitor {MASTER_NAME} 127.0.0.1 {master_port} 2\n\
+                     sentinel down-after-milliseconds {MASTER_NAME} 1000\n\
+                     sentinel failover-timeout {MASTER_NAME} 2000\n\
+                     sentinel parallel-syncs {MASTER_NAME} 1\n{auth}",
+                    dir = dir.display()
+                ),
+            )
+            .expect("write sentinel.conf");
+            let mut command = Command::new("redis-server");
+            command.arg(&conf).arg("--sentinel");
+            command
+        })
     }
 
     /// How many times each command was called (or refused) since the

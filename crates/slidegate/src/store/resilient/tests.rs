@@ -326,7 +326,15 @@ async fn a_stalled_store_costs_at_most_the_timeout() {
 async fn the_circuit_opens_then_probes_and_closes() {
     let clock = ManualClock::new();
     let backend = Switchable::new(&clock);
-    let store = resilient(&backend, &clock, FailurePolicy::Deny);
+    // A cool-down of 1 s, not 100 ms: the 50 decisions made while it is
+    // open must all come within it, on a loaded machine too.
+    let store = ResilientStore::builder(backend.clone())
+        .policy(FailurePolicy::Deny)
+        .clock(clock.clone())
+        .timeout(Duration::from_millis(50))
+        .cooldown(Duration::from_secs(1), Duration::from_secs(4))
+        .failure_threshold(3)
+        .build();
     let rules = [rule("100/1s")];
     backend.set(FAIL);
     for _ in 0..3 {
@@ -339,7 +347,7 @@ async fn the_circuit_opens_then_probes_and_closes() {
     }
     assert_eq!(backend.calls(), calls, "no call while open");
     backend.set(OK);
-    tokio::time::sleep(Duration::from_millis(120)).await;
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
     let d = store.acquire("k", &rules, 1).await.unwrap();
     assert!(
         !d.degraded() && d.allowed(),
