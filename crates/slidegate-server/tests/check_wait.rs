@@ -20,6 +20,10 @@ fn check(redis: &Redis, extra: &[&str]) -> serde_json::Value {
             "1/1s",
             "--store",
             &redis.url(),
+            // The default 50 ms is not always enough for a new process's
+            // first call (connect, load the script) on a loaded machine.
+            "--store-timeout-ms",
+            "5000",
         ])
         .args(extra)
         .output()
