@@ -14,10 +14,11 @@
 # `redis` mode) and each key count, both are driven by
 #   slidegate bench --target grpc://... --op should-rate-limit --keys K
 #     --concurrency CONCURRENCY --duration SECONDS_PER_RUNs --json
-# Prints the median req/s and the server's CPU per decision (utime + stime
-# of its process from /proc/PID/stat over the run, divided by the calls
-# answered), their ranges over the rounds, and the ratios slidegate /
-# Limitador (of the medians, and the range of the rounds' own ratios).
+# Prints the server's CPU per decision (utime + stime of its process from
+# /proc/PID/stat over the run, divided by the calls answered; Redis' own
+# CPU is in neither) and the median req/s, their ranges over the rounds,
+# and the ratios slidegate / Limitador (of the medians, and the range of
+# the rounds' own ratios).
 # CPU per decision is the figure to trust on a busy machine: req/s also
 # measures the load client, which shares the cores. Then the first round's
 # answers of each server (admitted, denied, errors), to check the two
@@ -30,7 +31,8 @@
 # use instead). Environment: ROUNDS (default 5), SECONDS_PER_RUN (default
 # 5), CONCURRENCY (default 64), KEY_COUNTS (default "1 10000"), STORES
 # (default "memory redis"), SLIDEGATE (a binary to measure instead of
-# building this tree's), LIMITADOR_THREADS (the harness's runtime threads,
+# building this tree's; SLIDEGATE_COMMIT names its commit in the
+# report), LIMITADOR_THREADS (the harness's runtime threads,
 # default 1: limitador-server serves gRPC on one thread).
 #
 # Exits 1 if an answer counted as "no limit applied" (a harness or rule
@@ -189,7 +191,7 @@ for store in $STORES; do
     done
     rps_ratio=$(awk -v a="$(echo "${RPS[slidegate]}" | median)" -v b="$(echo "${RPS[limitador]}" | median)" 'BEGIN { printf "%.2f", a / b }')
     cpu_ratio=$(awk -v a="$(echo "${CPU[slidegate]}" | median)" -v b="$(echo "${CPU[limitador]}" | median)" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
-    ROWS+=("| $store | $keys | $(cell "${RPS[slidegate]}" '%.0f') | $(cell "${RPS[limitador]}" '%.0f') | **$rps_ratio** ($(echo "$RATIO_RPS" | range '%.2f')) | $(cell "${CPU[slidegate]}" '%.1f') | $(cell "${CPU[limitador]}" '%.1f') | **$cpu_ratio** ($(echo "$RATIO_CPU" | range '%.2f')) |")
+    ROWS+=("| $store | $keys | $(cell "${CPU[slidegate]}" '%.1f') | $(cell "${CPU[limitador]}" '%.1f') | **$cpu_ratio** ($(echo "$RATIO_CPU" | range '%.2f')) | $(cell "${RPS[slidegate]}" '%.0f') | $(cell "${RPS[limitador]}" '%.0f') | **$rps_ratio** ($(echo "$RATIO_RPS" | range '%.2f')) |")
   done
   for server in $SERVERS; do
     kill "${PID[$server]}"
@@ -198,10 +200,10 @@ for store in $STORES; do
 done
 
 echo
-echo "slidegate $(git rev-parse --short HEAD 2>/dev/null || echo '?') against limitador 0.14.0 (harness: $LIMITADOR_THREADS runtime thread(s)), $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "slidegate ${SLIDEGATE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} against limitador 0.14.0 (harness: $LIMITADOR_THREADS runtime thread(s)), $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "gRPC ShouldRateLimit, $CONCURRENCY tasks, ${SECONDS_PER_RUN}s per run, $ROUNDS interleaved rounds: median (range)"
 echo
-echo "| store | keys | slidegate req/s | Limitador req/s | req/s slidegate / Limitador | slidegate µs CPU per decision | Limitador µs CPU per decision | CPU slidegate / Limitador |"
+echo "| store | keys | slidegate µs CPU per decision | Limitador µs CPU per decision | CPU slidegate / Limitador | slidegate req/s | Limitador req/s | req/s slidegate / Limitador |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
 echo
