@@ -14,7 +14,12 @@
 # PUT to /v1/keys/bench:N/limit for each of the KEYS keys, B's load then
 # sending the key alone; give A and B the same binary to compare a
 # runtime rule with the same rule from a file or a request),
-# STORE (`memory`, the default, or `redis`: a redis-server of the
+# CARRY=1 (with RUNTIME=1: B's domain is PUT again with its limit one
+# higher after the warm-up, so every request measured is decided within a
+# window of a limit change: each counter's first decision carries its use
+# to the new limit, the others ask whether it did; both sides' rule is
+# then 6000 a minute instead of 100 a second, so the window outlasts the
+# run), STORE (`memory`, the default, or `redis`: a redis-server of the
 # script's own, emptied before each server starts; its own instructions
 # are not counted, only the server's).
 set -euo pipefail
@@ -37,15 +42,20 @@ cleanup() {
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-cat >"$WORK/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: key
-    rate_limit:
-      unit: second
-      requests_per_unit: 100
-YAML
 RUNTIME=${RUNTIME:-}
+CARRY=${CARRY:-}
+if [ -n "$CARRY" ] && [ -z "$RUNTIME" ]; then
+  echo "bench-instructions: CARRY=1 needs RUNTIME=1" >&2
+  exit 2
+fi
+bench_rules() {
+  printf 'domain: bench\ndescriptors:\n  - key: key\n    rate_limit:\n      unit: %s\n      requests_per_unit: %s\n' "$1" "$2"
+}
+if [ -n "$CARRY" ]; then
+  bench_rules minute 6000 >"$WORK/bench.yaml"
+else
+  bench_rules second 100 >"$WORK/bench.yaml"
+fi
 TOKEN=bench-instructions-token
 
 # free_port, wait_port, cpu_ticks.
@@ -121,6 +131,9 @@ for case in $CASES; do
     # A short warm-up, then count from zero.
     "$B" bench --target "$target" --op "$op" --keys "$KEYS" --concurrency "$CONNECTIONS" \
       --duration 2s --json >/dev/null
+    if [ -n "$runtime" ] && [ -n "$CARRY" ] && [ "$case" != acquire ]; then
+      put /v1/config/domains/bench application/yaml "$(bench_rules minute 6001)"
+    fi
     callgrind_control -z "$PID" >/dev/null 2>&1
     json=$("$B" bench --target "$target" --op "$op" --keys "$KEYS" \
       --concurrency "$CONNECTIONS" --duration "${SECONDS_PER_RUN}s" --json)
