@@ -1,12 +1,13 @@
 //! Serving HTTP/1.1 connections: each accepted within the listener's caps
 //! ([`Acceptor`]), its deadlines kept by its [`Conn`], its requests
-//! answered by an axum router, and a graceful stop.
+//! answered by an axum router, and a graceful stop. A handler finds the
+//! peer's address with [`peer`].
 
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
@@ -26,6 +27,21 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// in it (a larger one gets 431), and it bounds each idle connection's
 /// memory. hyper's default is about 400 KiB.
 const HTTP_MAX_BUFFER_BYTES: usize = 64 * 1024;
+
+tokio::task_local! {
+    /// The peer of the connection whose task runs: set once per
+    /// connection, where axum's `ConnectInfo` is an extension inserted
+    /// into every request (a map allocated per request).
+    static PEER: SocketAddr;
+}
+
+/// The peer's address of the HTTP/1.1 request being answered, when it was
+/// accepted by [`serve_with`] (a handler runs in its connection's task);
+/// `None` elsewhere, as under another server, which may attach axum's
+/// `ConnectInfo` instead.
+pub fn peer() -> Option<SocketAddr> {
+    PEER.try_with(|peer| *peer).ok()
+}
 
 async fn wait(mut stopped: watch::Receiver<bool>) {
     // An error means the sender is gone: stop as well.
@@ -52,8 +68,7 @@ pub async fn serve(
 /// Serves `app` over HTTP/1.1 on `listener` within `limits` until
 /// `shutdown` completes; then stops accepting, lets the requests in flight
 /// finish for at most `grace`, closes the connections still open, and
-/// returns. Requests carry the peer's address as axum's
-/// `ConnectInfo<SocketAddr>`.
+/// returns. The handlers find the peer's address with [`peer`].
 pub async fn serve_with(
     listener: TcpListener,
     app: axum::Router,
@@ -69,7 +84,9 @@ pub async fn serve_with(
         tokio::select! {
             () = &mut shutdown => break,
             conn = acceptor.accept() => {
-                connections.spawn(serve_connection(conn, app.clone(), wait(stopped.clone())));
+                let peer = conn.peer();
+                let connection = serve_connection(conn, app.clone(), wait(stopped.clone()));
+                connections.spawn(PEER.scope(peer, connection));
                 while connections.try_join_next().is_some() {}
             }
         }
@@ -97,9 +114,8 @@ pub async fn serve_with(
 async fn serve_connection(conn: Conn, app: axum::Router, stop: impl Future<Output = ()>) {
     let peer = conn.peer();
     let clock = conn.clock();
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let guard = clock.request_started();
-        request.extensions_mut().insert(ConnectInfo(peer));
         let answer = app.clone().oneshot(request);
         async move {
             let answer = answer.await;
