@@ -3,6 +3,7 @@
 //! answered by an axum router, and a graceful stop. A handler finds the
 //! peer's address with [`peer`].
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -13,7 +14,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 use super::conn::Conn;
 use super::limits::{ConnectionLimits, Protocol};
@@ -43,6 +44,34 @@ pub fn peer() -> Option<SocketAddr> {
     PEER.try_with(|peer| *peer).ok()
 }
 
+/// What answers the requests: an axum router, or a service in front of
+/// one; a clone serves each request.
+pub trait App:
+    Service<
+        hyper::Request<Incoming>,
+        Response = axum::response::Response,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<A> App for A where
+    A: Service<
+            hyper::Request<Incoming>,
+            Response = axum::response::Response,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 async fn wait(mut stopped: watch::Receiver<bool>) {
     // An error means the sender is gone: stop as well.
     let _ = stopped.wait_for(|stop| *stop).await;
@@ -50,9 +79,9 @@ async fn wait(mut stopped: watch::Receiver<bool>) {
 
 /// Serves `app` on `listener` with the default [`ConnectionLimits`] and
 /// shutdown grace; see [`serve_with`].
-pub async fn serve(
+pub async fn serve<A: App>(
     listener: TcpListener,
-    app: axum::Router,
+    app: A,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     serve_with(
@@ -69,9 +98,9 @@ pub async fn serve(
 /// `shutdown` completes; then stops accepting, lets the requests in flight
 /// finish for at most `grace`, closes the connections still open, and
 /// returns. The handlers find the peer's address with [`peer`].
-pub async fn serve_with(
+pub async fn serve_with<A: App>(
     listener: TcpListener,
-    app: axum::Router,
+    app: A,
     limits: ConnectionLimits,
     grace: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -111,7 +140,7 @@ pub async fn serve_with(
 
 /// Serves one HTTP/1.1 connection until it closes, or until `stop`
 /// completes and its request in flight (if any) is answered.
-async fn serve_connection(conn: Conn, app: axum::Router, stop: impl Future<Output = ()>) {
+async fn serve_connection<A: App>(conn: Conn, app: A, stop: impl Future<Output = ()>) {
     let peer = conn.peer();
     let clock = conn.clock();
     let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
