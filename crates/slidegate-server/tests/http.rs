@@ -326,6 +326,7 @@ async fn healthz_is_200_while_serving(kind: StoreKind) {
     let server = TestServer::on(kind).await;
     let reply = server.get("/healthz").await;
     assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.header("content-type"), Some("application/json"));
     assert_eq!(reply.json(), json!({"status": "ok"}));
 }
 

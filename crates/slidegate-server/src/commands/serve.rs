@@ -343,7 +343,7 @@ pub async fn serve_listeners<S: Store + 'static>(
     let grace = limits.shutdown_grace;
     let http = http1::serve_with(
         http_listener,
-        api::http::router(parts.http()),
+        api::http::service(parts.http()),
         limits.http,
         grace,
         wait(stopped.clone()),

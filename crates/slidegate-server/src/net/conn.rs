@@ -5,8 +5,9 @@
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, ready};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -18,15 +19,20 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 use super::addresses::AddressSlot;
 use super::limits::{ConnectionLimits, Protocol};
 
+/// A time as nanoseconds since the [`ConnectionClock`]'s start: compared
+/// and stored without the division an [`Instant`] costs, and turned into
+/// one only to set the socket's timer.
+type Nanos = u64;
+
 /// Where a connection stands, for its deadline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
     /// Waiting for a request head (or a gRPC connection's first call).
-    Head { until: Instant },
+    Head { until: Nanos },
     /// Requests in flight.
-    Busy { requests: usize },
+    Busy { requests: u64 },
     /// Answered everything; waiting for the next request.
-    Idle { until: Option<Instant> },
+    Idle { until: Option<Nanos> },
 }
 
 impl Phase {
@@ -39,13 +45,57 @@ impl Phase {
     }
 }
 
-/// A connection's phase, once it was asked to go away the time by which
-/// it must have closed, and whether its socket is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct State {
-    phase: Phase,
-    close_by: Option<Instant>,
-    closed: bool,
+/// A [`Phase`] packed in one word, so that the socket reads it on every
+/// read and write with a plain load, and a request moves it with one
+/// compare-and-swap, where a mutex cost two atomic operations for each:
+/// the phase's tag in the top two bits, below it the request count
+/// (busy) or the deadline (head, idle; all ones for an idle connection
+/// without one).
+mod packed {
+    use super::{Nanos, Phase};
+
+    const TAG_SHIFT: u32 = 62;
+    /// The largest payload, and the latest deadline: 2^62 ns is 146
+    /// years, past any timeout a flag accepts.
+    pub(super) const PAYLOAD: u64 = (1 << TAG_SHIFT) - 1;
+    const HEAD: u64 = 0;
+    const BUSY: u64 = 1;
+    const IDLE: u64 = 2;
+    /// An idle connection without a deadline.
+    const NEVER: u64 = PAYLOAD;
+
+    fn deadline(at: Nanos) -> u64 {
+        at.min(NEVER - 1)
+    }
+
+    /// `phase` packed.
+    pub(super) fn pack(phase: Phase) -> u64 {
+        match phase {
+            Phase::Head { until } => (HEAD << TAG_SHIFT) | deadline(until),
+            Phase::Busy { requests } => (BUSY << TAG_SHIFT) | requests.min(PAYLOAD),
+            Phase::Idle { until } => (IDLE << TAG_SHIFT) | until.map_or(NEVER, deadline),
+        }
+    }
+
+    /// The phase `word` holds.
+    pub(super) fn unpack(word: u64) -> Phase {
+        let payload = word & PAYLOAD;
+        match word >> TAG_SHIFT {
+            HEAD => Phase::Head { until: payload },
+            BUSY => Phase::Busy { requests: payload },
+            _ => Phase::Idle {
+                until: (payload != NEVER).then_some(payload),
+            },
+        }
+    }
+}
+
+/// `close_by` before the connection is asked to go away.
+const NOT_CLOSING: Nanos = Nanos::MAX;
+
+/// `duration` in [`Nanos`], saturated.
+fn nanos(duration: Duration) -> Nanos {
+    Nanos::try_from(duration.as_nanos()).unwrap_or(Nanos::MAX)
 }
 
 /// Why a gRPC connection is asked to go away (HTTP/2 GOAWAY).
@@ -60,43 +110,73 @@ pub enum GoAway {
 /// A connection's phase, shared by its socket and the requests it carries.
 #[derive(Debug)]
 pub struct ConnectionClock {
-    state: Mutex<State>,
+    /// The time [`Nanos`] count from.
+    base: Instant,
+    /// The [`Phase`], packed (see [`packed`]).
+    phase: AtomicU64,
+    /// Once the connection was asked to go away, the time by which it must
+    /// have closed; [`NOT_CLOSING`] before.
+    close_by: AtomicU64,
+    header_timeout: Nanos,
+    idle_timeout: Option<Nanos>,
+    /// The socket is gone.
+    closed: AtomicBool,
     /// Wakes [`ConnectionClock::closed`] when the socket goes.
     closing: Notify,
-    limits: ConnectionLimits,
     protocol: Protocol,
 }
 
 impl ConnectionClock {
     fn new(limits: ConnectionLimits, protocol: Protocol) -> ConnectionClock {
+        let header_timeout = nanos(limits.header_timeout);
+        let head = Phase::Head {
+            until: header_timeout,
+        };
         ConnectionClock {
-            state: Mutex::new(State {
-                phase: Phase::Head {
-                    until: Instant::now() + limits.header_timeout,
-                },
-                close_by: None,
-                closed: false,
-            }),
+            base: Instant::now(),
+            phase: AtomicU64::new(packed::pack(head)),
+            close_by: AtomicU64::new(NOT_CLOSING),
+            header_timeout,
+            idle_timeout: limits.idle_timeout.map(nanos),
+            closed: AtomicBool::new(false),
             closing: Notify::new(),
-            limits,
             protocol,
         }
     }
 
-    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        // The state is a plain value: a panic elsewhere cannot leave it half-written.
-        f(&mut self.state.lock().unwrap_or_else(PoisonError::into_inner))
+    fn phase(&self) -> Phase {
+        packed::unpack(self.phase.load(Ordering::Acquire))
+    }
+
+    /// Now, in [`Nanos`].
+    fn now(&self) -> Nanos {
+        nanos(Instant::now().saturating_duration_since(self.base))
+    }
+
+    /// `at` as an [`Instant`], for a timer.
+    fn instant(&self, at: Nanos) -> Instant {
+        self.base + Duration::from_nanos(at.min(packed::PAYLOAD))
+    }
+
+    /// Moves the phase by `next` (`None`: it stays), however many requests
+    /// of the connection move it at once.
+    fn update(&self, next: impl Fn(Phase) -> Option<Phase>) {
+        let _ = self
+            .phase
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                next(packed::unpack(word)).map(packed::pack)
+            });
     }
 
     /// A request was dispatched; the guard marks its answer.
     pub fn request_started(self: &Arc<Self>) -> RequestGuard {
-        self.with_state(|state| {
-            state.phase = match state.phase {
+        self.update(|phase| {
+            Some(match phase {
                 Phase::Busy { requests } => Phase::Busy {
                     requests: requests + 1,
                 },
                 Phase::Head { .. } | Phase::Idle { .. } => Phase::Busy { requests: 1 },
-            };
+            })
         });
         RequestGuard {
             clock: Arc::clone(self),
@@ -104,19 +184,14 @@ impl ConnectionClock {
     }
 
     fn request_finished(&self) {
-        let idle_timeout = self.limits.idle_timeout;
-        self.with_state(|state| {
-            if let Phase::Busy { requests } = state.phase {
-                state.phase = if requests > 1 {
-                    Phase::Busy {
-                        requests: requests - 1,
-                    }
-                } else {
-                    Phase::Idle {
-                        until: idle_timeout.map(|t| Instant::now() + t),
-                    }
-                };
-            }
+        // Read once, before the update: a retried update keeps the same time.
+        let idle_until = self.idle_timeout.map(|t| self.now().saturating_add(t));
+        self.update(|phase| match phase {
+            Phase::Busy { requests } if requests > 1 => Some(Phase::Busy {
+                requests: requests - 1,
+            }),
+            Phase::Busy { .. } => Some(Phase::Idle { until: idle_until }),
+            Phase::Head { .. } | Phase::Idle { .. } => None,
         });
     }
 
@@ -131,18 +206,15 @@ impl ConnectionClock {
     /// whose start came with the end of the one before): an idle
     /// connection waits for the rest within the header timeout, from now.
     pub fn request_begun(&self) {
-        let header_timeout = self.limits.header_timeout;
-        self.with_state(|state| {
-            if let Phase::Idle { .. } = state.phase {
-                state.phase = Phase::Head {
-                    until: Instant::now() + header_timeout,
-                };
-            }
-        });
-    }
-
-    fn state(&self) -> State {
-        self.with_state(|state| *state)
+        // Most reads come while a head or a request is under way: one load,
+        // and the clock is read only when a new head starts.
+        if !matches!(self.phase(), Phase::Idle { .. }) {
+            return;
+        }
+        let head = Phase::Head {
+            until: self.now().saturating_add(self.header_timeout),
+        };
+        self.update(|phase| matches!(phase, Phase::Idle { .. }).then_some(head));
     }
 
     /// The deadline the socket enforces (its next read or write past it
@@ -150,18 +222,19 @@ impl ConnectionClock {
     /// for an idle gRPC connection (sent GOAWAY instead, see
     /// [`ConnectionClock::idle_expired`]), or the time to close once asked to go away
     /// if that comes first.
-    fn io_deadline(&self) -> Option<(Instant, &'static str)> {
-        let state = self.state();
-        let phase = match state.phase {
+    fn io_deadline(&self) -> Option<(Nanos, &'static str)> {
+        let phase = self.phase();
+        let own = match phase {
             Phase::Head { until } => Some(until),
             Phase::Busy { .. } => None,
             Phase::Idle { until } if self.protocol != Protocol::Grpc => until,
             Phase::Idle { .. } => None,
         }
-        .map(|at| (at, state.phase.name()));
-        let closing = state.close_by.map(|at| (at, "closing"));
-        match (phase, closing) {
-            (Some(phase), Some(closing)) => Some(if closing.0 < phase.0 { closing } else { phase }),
+        .map(|at| (at, phase.name()));
+        let close_by = self.close_by.load(Ordering::Acquire);
+        let closing = (close_by != NOT_CLOSING).then_some((close_by, "closing"));
+        match (own, closing) {
+            (Some(own), Some(closing)) => Some(if closing.0 < own.0 { closing } else { own }),
             (one, other) => one.or(other),
         }
     }
@@ -176,16 +249,17 @@ impl ConnectionClock {
     /// `t`, so the look after that one, at most an idle timeout later, finds
     /// it idle until `t` plus the idle timeout, and waits for exactly that.
     pub async fn idle_expired(&self) {
-        let Some(idle_timeout) = self.limits.idle_timeout else {
+        let Some(idle_timeout) = self.idle_timeout else {
             return std::future::pending().await;
         };
         loop {
-            let next_look = match self.state().phase {
-                Phase::Idle { until: Some(until) } if until <= Instant::now() => return,
+            let now = self.now();
+            let next_look = match self.phase() {
+                Phase::Idle { until: Some(until) } if until <= now => return,
                 Phase::Idle { until: Some(until) } => until,
-                _ => Instant::now() + idle_timeout,
+                _ => now.saturating_add(idle_timeout),
             };
-            tokio::time::sleep_until(next_look).await;
+            tokio::time::sleep_until(self.instant(next_look)).await;
         }
     }
 
@@ -193,11 +267,11 @@ impl ConnectionClock {
     /// side, or failed at a deadline).
     pub async fn closed(&self) {
         loop {
-            // Registered before the state is read: a close in between is not missed.
+            // Registered before the flag is read: a close in between is not missed.
             let closing = self.closing.notified();
             let mut closing = std::pin::pin!(closing);
             closing.as_mut().enable();
-            if self.state().closed {
+            if self.closed.load(Ordering::Acquire) {
                 return;
             }
             closing.await;
@@ -205,7 +279,7 @@ impl ConnectionClock {
     }
 
     fn socket_closed(&self) {
-        self.with_state(|state| state.closed = true);
+        self.closed.store(true, Ordering::Release);
         self.closing.notify_waiters();
     }
 
@@ -213,10 +287,9 @@ impl ConnectionClock {
     /// must close within `grace`, its calls in flight answered, or its
     /// socket fails. Counted and logged.
     pub fn going_away(&self, why: GoAway, grace: Duration) {
-        let close_by = Instant::now() + grace;
-        self.with_state(|state| {
-            state.close_by = Some(state.close_by.map_or(close_by, |at| at.min(close_by)));
-        });
+        let close_by = self.now().saturating_add(nanos(grace)).min(NOT_CLOSING - 1);
+        // Only ever earlier: a second GOAWAY never grants more time.
+        self.close_by.fetch_min(close_by, Ordering::AcqRel);
         let listener = self.protocol.name();
         let why = match why {
             GoAway::Idle => {
@@ -253,7 +326,11 @@ pub struct Conn {
     peer: SocketAddr,
     clock: Arc<ConnectionClock>,
     timer: Pin<Box<Sleep>>,
-    armed: Option<Instant>,
+    armed: Option<Nanos>,
+    /// The waker the timer last registered, since it was set: while the
+    /// socket is polled with the same one, the timer needs no poll to
+    /// wake it, only a look at whether it fired.
+    timer_waker: Option<Waker>,
     _permit: OwnedSemaphorePermit,
     _address: Option<AddressSlot>,
 }
@@ -269,13 +346,16 @@ impl Conn {
     ) -> Conn {
         let clock = Arc::new(ConnectionClock::new(limits, protocol));
         let armed = clock.io_deadline().map(|(at, _)| at);
-        let timer = Box::pin(tokio::time::sleep_until(armed.unwrap_or_else(Instant::now)));
+        let timer = Box::pin(tokio::time::sleep_until(
+            armed.map_or_else(Instant::now, |at| clock.instant(at)),
+        ));
         Conn {
             stream,
             peer,
             clock,
             timer,
             armed,
+            timer_waker: None,
             _permit: permit,
             _address: address,
         }
@@ -303,16 +383,23 @@ impl Conn {
     /// Instead a timer that fires before the deadline now in force is set
     /// again to it then, about once per timeout, and the connection still
     /// fails at its deadline to the tick.
+    ///
+    /// The timer is polled only when it was set, or when the socket is
+    /// polled by another task than the one it would wake; else a look at
+    /// whether it fired is enough. A poll costs two atomic operations and
+    /// the task's budget, and a request reads and writes three times.
     fn check_deadline(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
         let Some((at, phase)) = self.clock.io_deadline() else {
             return Ok(());
         };
         loop {
             if self.armed.is_none_or(|armed| armed > at) {
-                self.timer.as_mut().reset(at);
+                let instant = self.clock.instant(at);
+                self.timer.as_mut().reset(instant);
                 self.armed = Some(at);
+                self.timer_waker = None;
             }
-            if self.timer.as_mut().poll(cx).is_pending() {
+            if !self.timer_fired(cx) {
                 return Ok(());
             }
             if self.armed == Some(at) {
@@ -333,6 +420,20 @@ impl Conn {
             io::ErrorKind::TimedOut,
             format!("the connection's {phase} timeout passed"),
         ))
+    }
+
+    /// Whether the timer fired; if not, it wakes the task of `cx` when it does.
+    fn timer_fired(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(waker) = &self.timer_waker
+            && waker.will_wake(cx.waker())
+        {
+            return self.timer.is_elapsed();
+        }
+        if self.timer.as_mut().poll(cx).is_ready() {
+            return true;
+        }
+        self.timer_waker = Some(cx.waker().clone());
+        false
     }
 }
 
@@ -427,11 +528,29 @@ mod tests {
     }
 
     fn deadline(clock: &ConnectionClock) -> Option<Instant> {
-        clock.io_deadline().map(|(at, _)| at)
+        clock.io_deadline().map(|(at, _)| clock.instant(at))
     }
 
     fn phase(clock: &ConnectionClock) -> Phase {
-        clock.state().phase
+        clock.phase()
+    }
+
+    #[test]
+    fn every_phase_reads_back_as_it_was_packed() {
+        let phases = [
+            Phase::Head {
+                until: 10_000_000_000,
+            },
+            Phase::Busy { requests: 1 },
+            Phase::Busy { requests: 3 },
+            Phase::Idle {
+                until: Some(60_000_000_001),
+            },
+            Phase::Idle { until: None },
+        ];
+        for phase in phases {
+            assert_eq!(packed::unpack(packed::pack(phase)), phase);
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -489,9 +608,10 @@ mod tests {
             .expect("idle 60 s after its last call")
             .unwrap();
         clock.going_away(GoAway::Idle, Duration::from_secs(10));
+        let (at, phase) = clock.io_deadline().expect("a deadline to close");
         assert_eq!(
-            clock.io_deadline(),
-            Some((Instant::now() + Duration::from_secs(10), "closing"))
+            (clock.instant(at), phase),
+            (Instant::now() + Duration::from_secs(10), "closing")
         );
     }
 }

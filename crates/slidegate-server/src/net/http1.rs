@@ -1,18 +1,20 @@
 //! Serving HTTP/1.1 connections: each accepted within the listener's caps
 //! ([`Acceptor`]), its deadlines kept by its [`Conn`], its requests
-//! answered by an axum router, and a graceful stop.
+//! answered by an axum router, and a graceful stop. A handler finds the
+//! peer's address with [`peer`].
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tower::ServiceExt;
+use tower::{Service, ServiceExt};
 
 use super::conn::Conn;
 use super::limits::{ConnectionLimits, Protocol};
@@ -27,6 +29,49 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// memory. hyper's default is about 400 KiB.
 const HTTP_MAX_BUFFER_BYTES: usize = 64 * 1024;
 
+tokio::task_local! {
+    /// The peer of the connection whose task runs: set once per
+    /// connection, where axum's `ConnectInfo` is an extension inserted
+    /// into every request (a map allocated per request).
+    static PEER: SocketAddr;
+}
+
+/// The peer's address of the HTTP/1.1 request being answered, when it was
+/// accepted by [`serve_with`] (a handler runs in its connection's task);
+/// `None` elsewhere, as under another server, which may attach axum's
+/// `ConnectInfo` instead.
+pub fn peer() -> Option<SocketAddr> {
+    PEER.try_with(|peer| *peer).ok()
+}
+
+/// What answers the requests: an axum router, or a service in front of
+/// one; a clone serves each request.
+pub trait App:
+    Service<
+        hyper::Request<Incoming>,
+        Response = axum::response::Response,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<A> App for A where
+    A: Service<
+            hyper::Request<Incoming>,
+            Response = axum::response::Response,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 async fn wait(mut stopped: watch::Receiver<bool>) {
     // An error means the sender is gone: stop as well.
     let _ = stopped.wait_for(|stop| *stop).await;
@@ -34,9 +79,9 @@ async fn wait(mut stopped: watch::Receiver<bool>) {
 
 /// Serves `app` on `listener` with the default [`ConnectionLimits`] and
 /// shutdown grace; see [`serve_with`].
-pub async fn serve(
+pub async fn serve<A: App>(
     listener: TcpListener,
-    app: axum::Router,
+    app: A,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     serve_with(
@@ -52,11 +97,10 @@ pub async fn serve(
 /// Serves `app` over HTTP/1.1 on `listener` within `limits` until
 /// `shutdown` completes; then stops accepting, lets the requests in flight
 /// finish for at most `grace`, closes the connections still open, and
-/// returns. Requests carry the peer's address as axum's
-/// `ConnectInfo<SocketAddr>`.
-pub async fn serve_with(
+/// returns. The handlers find the peer's address with [`peer`].
+pub async fn serve_with<A: App>(
     listener: TcpListener,
-    app: axum::Router,
+    app: A,
     limits: ConnectionLimits,
     grace: Duration,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -69,7 +113,9 @@ pub async fn serve_with(
         tokio::select! {
             () = &mut shutdown => break,
             conn = acceptor.accept() => {
-                connections.spawn(serve_connection(conn, app.clone(), wait(stopped.clone())));
+                let peer = conn.peer();
+                let connection = serve_connection(conn, app.clone(), wait(stopped.clone()));
+                connections.spawn(PEER.scope(peer, connection));
                 while connections.try_join_next().is_some() {}
             }
         }
@@ -94,12 +140,11 @@ pub async fn serve_with(
 
 /// Serves one HTTP/1.1 connection until it closes, or until `stop`
 /// completes and its request in flight (if any) is answered.
-async fn serve_connection(conn: Conn, app: axum::Router, stop: impl Future<Output = ()>) {
+async fn serve_connection<A: App>(conn: Conn, app: A, stop: impl Future<Output = ()>) {
     let peer = conn.peer();
     let clock = conn.clock();
-    let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
         let guard = clock.request_started();
-        request.extensions_mut().insert(ConnectInfo(peer));
         let answer = app.clone().oneshot(request);
         async move {
             let answer = answer.await;

@@ -11,7 +11,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
 use slidegate::store::resilient::FailurePolicy;
 use slidegate::{MemoryStore, Store};
-use slidegate_server::api::http::router;
+use slidegate_server::api::http::service;
 use slidegate_server::commands::parts::Parts;
 use slidegate_server::store::{Backend, StoreUrl};
 use slidegate_server::store::{ClockMode, CoalesceMode, StoreOptions};
@@ -129,7 +129,7 @@ impl TestServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let app = router(Parts::new(store).http());
+        let app = service(Parts::new(store).http());
         let task = tokio::spawn(slidegate_server::net::http1::serve(listener, app, async {
             let _ = stopped.await;
         }));

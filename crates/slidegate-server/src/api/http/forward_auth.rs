@@ -79,11 +79,14 @@ pub(super) async fn forward_auth<S: Store>(
             ));
         }
     };
-    let Some(ConnectInfo(peer)) = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .copied()
-    else {
+    // Our own listener's peer, else that of a server which attaches it.
+    let peer = crate::net::http1::peer().or_else(|| {
+        request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(peer)| *peer)
+    });
+    let Some(peer) = peer else {
         return Err(ApiError::new(
             ErrorCode::InternalError,
             "the connection's peer is unknown",

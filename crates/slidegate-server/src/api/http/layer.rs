@@ -69,18 +69,24 @@ where
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
-        let in_flight = InFlight::start(Protocol::Http);
-        // A handler's code may run in `call` as well as in its future.
-        let (inner, panicked) = match catch_unwind(AssertUnwindSafe(|| self.inner.call(request))) {
-            Ok(inner) => (Some(inner), None),
-            Err(panic) => (None, Some(panic_response(panic))),
-        };
-        ApiFuture {
-            inner,
-            panicked,
-            deadline: None,
-            _in_flight: in_flight,
-        }
+        guarded(|| self.inner.call(request))
+    }
+}
+
+/// The future `start` returns, kept as [`Api`] keeps a service's: counted
+/// in flight, its panics answered 500, its deadline, its answer finished.
+pub(super) fn guarded<F>(start: impl FnOnce() -> F) -> ApiFuture<F> {
+    let in_flight = InFlight::start(Protocol::Http);
+    // A handler's code may run in `call` as well as in its future.
+    let (inner, panicked) = match catch_unwind(AssertUnwindSafe(start)) {
+        Ok(inner) => (Some(inner), None),
+        Err(panic) => (None, Some(panic_response(panic))),
+    };
+    ApiFuture {
+        inner,
+        panicked,
+        deadline: None,
+        _in_flight: in_flight,
     }
 }
 

@@ -55,6 +55,7 @@ mod domains;
 mod error;
 pub mod forward_auth;
 pub mod headers;
+mod hot;
 mod json;
 mod layer;
 mod leases;
@@ -71,13 +72,21 @@ pub mod waiting;
 pub use body::{JsonBody, MAX_BODY_BYTES};
 pub use decision_json::DecisionBody;
 pub use error::{ApiError, ErrorCode};
+pub use hot::HttpApi;
 pub use layer::{Api, ApiFuture, ApiLayer, REQUEST_TIMEOUT};
 pub use openapi::OPENAPI_JSON;
 pub use ops::READY_TIMEOUT;
 use routes::{Endpoint, ROUTES};
 pub use state::AppState;
 
-/// The whole API, ready to be served.
+/// The whole API as served: `POST /v1/acquire` and `GET /healthz` answered
+/// before the [`router`], the same as it would answer them.
+pub fn service<S: Store + 'static>(state: AppState<S>) -> HttpApi<S> {
+    let router = router(state.clone());
+    HttpApi::new(state, router, !crate::spans::enabled())
+}
+
+/// The whole API, every route through the router.
 pub fn router<S: Store + 'static>(state: AppState<S>) -> Router {
     let mut router = Router::new();
     for route in ROUTES {

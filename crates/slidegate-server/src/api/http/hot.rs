@@ -1,0 +1,120 @@
+//! The API as served ([`HttpApi`]): `POST /v1/acquire` and `GET /healthz`,
+//! the routes nearly every request takes, answered before the router when
+//! the method and the path match exactly; every other request goes to the
+//! router, its 404s and 405s (with `Allow`) included.
+//!
+//! The router costs each request a lookup in its path tree, four
+//! extensions (a map allocated per request: the original URI, the matched
+//! path, the path's parameters) and a clone of the route's boxed service,
+//! none of which these two handlers read. They run behind the same
+//! [`guarded`] future as every route: counted in flight, panics answered
+//! 500, the request deadline, the JSON error bodies and `nosniff`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::Request;
+use axum::handler::Handler;
+use axum::response::Response;
+use axum::routing::future::RouteFuture;
+use futures_util::FutureExt;
+use futures_util::future::{Either, Map};
+use http::Method;
+use slidegate::Store;
+use tower::Service;
+
+use super::layer::{ApiFuture, guarded};
+use super::state::AppState;
+use super::{acquire, ops};
+
+/// A handler's answer as a service's.
+type Answered = fn(Response) -> Result<Response, Infallible>;
+
+/// A hot route's future: its handler's, boxed as axum boxes it.
+type HotFuture = Map<Pin<Box<dyn Future<Output = Response> + Send>>, Answered>;
+
+/// The HTTP API: the hot routes, then the router.
+pub struct HttpApi<S> {
+    inner: Arc<Inner<S>>,
+}
+
+struct Inner<S> {
+    state: AppState<S>,
+    router: Router,
+    /// Off while requests are traced: the router's layers carry the
+    /// trace context, which the hot routes would skip.
+    hot: bool,
+}
+
+impl<S> Clone for HttpApi<S> {
+    fn clone(&self) -> Self {
+        HttpApi {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<S: Store + 'static> HttpApi<S> {
+    /// `router` (made of `state`) with the hot routes of `state` before it.
+    pub(super) fn new(state: AppState<S>, router: Router, hot: bool) -> HttpApi<S> {
+        HttpApi {
+            inner: Arc::new(Inner { state, router, hot }),
+        }
+    }
+}
+
+/// A route answered before the router.
+enum Hot {
+    Acquire,
+    Healthz,
+}
+
+fn hot_route(request: &Request) -> Option<Hot> {
+    let path = request.uri().path();
+    match *request.method() {
+        Method::POST if path == "/v1/acquire" => Some(Hot::Acquire),
+        Method::GET if path == "/healthz" => Some(Hot::Healthz),
+        _ => None,
+    }
+}
+
+impl<S, B> Service<http::Request<B>> for HttpApi<S>
+where
+    S: Store + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = Either<ApiFuture<HotFuture>, RouteFuture<Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let request = request.map(Body::new);
+        let hot = if self.inner.hot {
+            hot_route(&request)
+        } else {
+            None
+        };
+        let Some(hot) = hot else {
+            return Either::Right(self.inner.router.clone().call(request));
+        };
+        let state = self.inner.state.clone();
+        let answered: Answered = Ok;
+        Either::Left(guarded(|| {
+            match hot {
+                Hot::Acquire => Handler::call(acquire::acquire::<S>, request, state),
+                Hot::Healthz => Handler::call(ops::healthz, request, state),
+            }
+            .map(answered)
+        }))
+    }
+}
