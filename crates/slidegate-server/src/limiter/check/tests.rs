@@ -391,9 +391,13 @@ async fn a_configured_domain_is_known_when_no_limit_matched_too() {
     // The check learns the domain is configured from a matched limit, and
     // asks the config only when none matched: both must say known.
     let (c, s) = (example(), MemoryStore::new());
-    let unmatched = check(&c, &s, &request("rl", vec![descriptor(&[("nothing", "x")])]))
-        .await
-        .unwrap();
+    let unmatched = check(
+        &c,
+        &s,
+        &request("rl", vec![descriptor(&[("nothing", "x")])]),
+    )
+    .await
+    .unwrap();
     assert_eq!(unmatched.statuses[0].metric, MetricName::NoLimit);
     assert!(unmatched.known_domain);
     let matched = check(&c, &s, &request("rl", vec![descriptor(&[("foo", "x")])]))
