@@ -16,6 +16,7 @@
 //! and acts on no answer, so a report refused, or dropped, would leave a
 //! client that used more with more quota than one that used less.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use slidegate::{Decision, Hit, Store};
@@ -55,6 +56,13 @@ pub async fn check<'c, S: Store>(
         let cost = descriptor.hits_addend.unwrap_or(request_hits);
         plans.push(plan(config, &request.domain, i, descriptor, cost)?);
     }
+    // A configured limit matches only in a configured domain: then the
+    // domain is not looked up a second time (the lookup hashed its name).
+    let known_domain = plans
+        .iter()
+        .flatten()
+        .any(|p| matches!(p.limit, Cow::Borrowed(_)))
+        || config.has_domain(&request.domain);
     drop_replaced(&mut plans);
     bound_costs(&mut plans);
     if config.has_carries() {
@@ -77,7 +85,7 @@ pub async fn check<'c, S: Store>(
         plan.decision = Some(decision);
     }
     let mut response = respond(plans);
-    response.known_domain = config.has_domain(&request.domain);
+    response.known_domain = known_domain;
     Ok(response)
 }
 

@@ -385,3 +385,24 @@ async fn reports_of_one_request_are_cut_to_the_ceiling_together() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_configured_domain_is_known_when_no_limit_matched_too() {
+    // The check learns the domain is configured from a matched limit, and
+    // asks the config only when none matched: both must say known.
+    let (c, s) = (example(), MemoryStore::new());
+    let unmatched = check(
+        &c,
+        &s,
+        &request("rl", vec![descriptor(&[("nothing", "x")])]),
+    )
+    .await
+    .unwrap();
+    assert_eq!(unmatched.statuses[0].metric, MetricName::NoLimit);
+    assert!(unmatched.known_domain);
+    let matched = check(&c, &s, &request("rl", vec![descriptor(&[("foo", "x")])]))
+        .await
+        .unwrap();
+    assert_eq!(matched.statuses[0].metric, MetricName::Configured);
+    assert!(matched.known_domain);
+}
