@@ -26,7 +26,10 @@ pub struct RateLimitConfig {
     generation: u64,
     /// How many limits it holds: their ids are `0..limit_count`.
     limit_count: u32,
-    domains: HashMap<String, Level>,
+    /// By domain: looked up by every check, with foldhash, as the
+    /// matcher's maps are (a domain is only read, never inserted, by a
+    /// request).
+    domains: HashMap<String, Level, foldhash::fast::RandomState>,
     /// The files each domain comes from, in load order.
     files: HashMap<String, Vec<String>>,
     /// Each domain's forward-auth mapping (`forward_auth.headers`).
