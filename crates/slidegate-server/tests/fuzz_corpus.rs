@@ -5,9 +5,10 @@
 
 use std::path::PathBuf;
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use prost::Message;
 use slidegate::{MemoryStore, Rate};
+use slidegate_server::api::envoy::answer::encode_answer;
 use slidegate_server::api::envoy::json::RateLimitRequestJson;
 use slidegate_server::api::envoy::proto as grpc;
 use slidegate_server::api::http::request::parse_acquire;
@@ -112,7 +113,10 @@ async fn the_grpc_request_corpus_decides_or_errs() {
         if let Ok(response) = service::check(&config, &store, &request).await {
             decided += 1;
             assert_eq!(response.statuses.len(), request.descriptors.len());
-            let _ = grpc::to_proto(&response);
+            let mut bytes = Vec::new();
+            encode_answer(&response, &[], &mut bytes);
+            let answer = RateLimitResponse::decode(bytes.as_slice()).expect("the answer decodes");
+            assert_eq!(answer, grpc::to_proto(&response));
         }
     }
     assert!(decided > 0, "some inputs are requests the service decides");

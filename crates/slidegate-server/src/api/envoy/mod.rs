@@ -1,8 +1,10 @@
 //! Envoy's rate limit API in the limiter's terms: its request, validated
 //! once whichever wire it came by ([`request`]), as protobuf over gRPC
-//! ([`proto`]) and as proto3 JSON over HTTP ([`json`]), and the rate limit
-//! header fields of its answers ([`headers`]).
+//! ([`proto`]; the answer's bytes written by [`answer`]) and as proto3
+//! JSON over HTTP ([`json`]), and the rate limit header fields of its
+//! answers ([`headers`]).
 
+pub mod answer;
 pub mod headers;
 pub mod json;
 pub mod proto;

@@ -45,14 +45,17 @@ pub fn from_proto(
     )
 }
 
-fn code_to_proto(code: Code) -> ProtoCode {
+/// The proto code of a check's code.
+pub fn code_to_proto(code: Code) -> ProtoCode {
     match code {
         Code::Ok => ProtoCode::Ok,
         Code::OverLimit => ProtoCode::OverLimit,
     }
 }
 
-/// The limiter's answer, as Envoy expects it.
+/// The limiter's answer, as Envoy expects it, in prost's structures: the
+/// reference [`encode_answer`](super::answer::encode_answer) is tested
+/// against (the gRPC service writes the answer's bytes with that).
 pub fn to_proto(response: &CheckResponse<'_>) -> RateLimitResponse {
     let statuses = response
         .statuses

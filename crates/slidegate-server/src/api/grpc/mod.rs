@@ -1,15 +1,18 @@
 //! The gRPC front: Envoy's rate limit service and the standard health
 //! service, as the routes every gRPC connection serves.
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use slidegate::Store;
 use tonic::service::Routes;
 use tonic_health::pb::health_server::{Health, HealthServer};
 
+pub mod codec;
 pub mod health;
+pub mod server;
 pub mod service;
 
+pub use codec::EncodedAnswer;
 pub use health::health_service;
+pub use server::RateLimitServer;
 pub use service::{DEGRADED_METADATA, RateLimitGrpc, status_of};
 
 /// The rate limit service and `health`, each refusing a request message
@@ -19,6 +22,6 @@ pub fn routes<S: Store + 'static>(
     health: HealthServer<impl Health>,
     max_message_bytes: usize,
 ) -> Routes {
-    let service = RateLimitServiceServer::new(service).max_decoding_message_size(max_message_bytes);
+    let service = RateLimitServer::new(service, max_message_bytes);
     Routes::new(health.max_decoding_message_size(max_message_bytes)).add_service(service)
 }

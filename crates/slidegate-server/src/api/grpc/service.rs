@@ -1,14 +1,15 @@
 //! Envoy's rate limit service over gRPC:
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use slidegate::Store;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
 
+use super::codec::EncodedAnswer;
+use crate::api::envoy::answer::encode_answer;
 use crate::api::envoy::headers::{self, ResponseHeaders};
-use crate::api::envoy::proto::{from_proto, headers_to_proto, to_proto};
+use crate::api::envoy::proto::from_proto;
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
 use crate::limiter::check::CheckError;
@@ -50,12 +51,18 @@ impl<S> RateLimitGrpc<S> {
     }
 }
 
-#[tonic::async_trait]
-impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
-    async fn should_rate_limit(
+/// Room for an answer's usual bytes: about 30 a status (more with a named
+/// limit), and the header fields.
+const STATUS_BYTES: usize = 40;
+
+impl<S: Store + 'static> RateLimitGrpc<S> {
+    /// Envoy's `ShouldRateLimit`: the answer as the protobuf bytes of a
+    /// `RateLimitResponse`, or the gRPC status of a bad request or a failed
+    /// check (see [`status_of`]).
+    pub async fn should_rate_limit(
         &self,
         request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
+    ) -> Result<Response<EncodedAnswer>, Status> {
         let _in_flight = InFlight::start(Protocol::Grpc);
         let span = crate::spans::grpc_span(request.metadata());
         let request = from_proto(request.into_inner(), &self.bounds)
@@ -69,13 +76,12 @@ impl<S: Store + 'static> RateLimitService for RateLimitGrpc<S> {
             None => checked.await,
         };
         let response = checked.map_err(|error| status_of(&error))?;
-        let mut proto = to_proto(&response);
-        proto.response_headers_to_add = headers_to_proto(headers::fields(
-            self.response_headers,
-            &request.domain,
-            &response,
-        ));
-        let mut answer = Response::new(proto);
+        let fields = headers::fields(self.response_headers, &request.domain, &response);
+        let header_bytes: usize = fields.iter().map(|(k, v)| k.len() + v.len() + 6).sum();
+        let mut bytes =
+            Vec::with_capacity(8 + STATUS_BYTES * response.statuses.len() + header_bytes);
+        encode_answer(&response, &fields, &mut bytes);
+        let mut answer = Response::new(EncodedAnswer::new(bytes));
         if response.degraded {
             answer
                 .metadata_mut()

@@ -1,0 +1,241 @@
+//! The rate limit service as a tower service of its own, in place of the
+//! server tonic generates for it: the same one method
+//! (`ShouldRateLimit`), decoded by prost as there, but answered with the
+//! bytes the service wrote (see [`AnswerCodec`]) rather than with prost's
+//! structures of the answer.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use slidegate::Store;
+use tonic::codegen::{Body, BoxFuture, StdError, http};
+use tonic::server::{Grpc, NamedService, UnaryService};
+use tonic::{Request, Response, Status};
+
+use super::codec::{AnswerCodec, EncodedAnswer};
+use super::health::SERVICE_NAME;
+use super::service::RateLimitGrpc;
+
+/// The path of the one method.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// `envoy.service.ratelimit.v3.RateLimitService` over gRPC.
+pub struct RateLimitServer<S> {
+    service: Arc<RateLimitGrpc<S>>,
+    max_decoding_message_size: usize,
+}
+
+impl<S> RateLimitServer<S> {
+    /// `service`, refusing a request message larger than
+    /// `max_decoding_message_size` from its length prefix.
+    pub fn new(service: RateLimitGrpc<S>, max_decoding_message_size: usize) -> Self {
+        RateLimitServer {
+            service: Arc::new(service),
+            max_decoding_message_size,
+        }
+    }
+}
+
+impl<S> Clone for RateLimitServer<S> {
+    fn clone(&self) -> Self {
+        RateLimitServer {
+            service: Arc::clone(&self.service),
+            max_decoding_message_size: self.max_decoding_message_size,
+        }
+    }
+}
+
+impl<S> NamedService for RateLimitServer<S> {
+    const NAME: &'static str = SERVICE_NAME;
+}
+
+impl<S, B> tower::Service<http::Request<B>> for RateLimitServer<S>
+where
+    S: Store + 'static,
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != SHOULD_RATE_LIMIT {
+            return Box::pin(std::future::ready(Ok(unimplemented())));
+        }
+        let method = ShouldRateLimit(Arc::clone(&self.service));
+        let max_decoding_message_size = self.max_decoding_message_size;
+        Box::pin(async move {
+            let mut grpc = Grpc::new(AnswerCodec)
+                .apply_max_message_size_config(Some(max_decoding_message_size), None);
+            Ok(grpc.unary(method, request).await)
+        })
+    }
+}
+
+/// The answer to a method the service does not have, as tonic's generated
+/// servers give it: UNIMPLEMENTED, no message.
+fn unimplemented() -> http::Response<tonic::body::Body> {
+    let mut response = http::Response::new(tonic::body::Body::default());
+    let headers = response.headers_mut();
+    headers.insert(
+        Status::GRPC_STATUS,
+        http::HeaderValue::from(tonic::Code::Unimplemented as i32),
+    );
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        tonic::metadata::GRPC_CONTENT_TYPE,
+    );
+    response
+}
+
+/// The `ShouldRateLimit` method, as tonic's unary calls take it.
+pub struct ShouldRateLimit<S>(pub Arc<RateLimitGrpc<S>>);
+
+impl<S: Store + 'static> UnaryService<RateLimitRequest> for ShouldRateLimit<S> {
+    type Response = EncodedAnswer;
+    type Future = BoxFuture<Response<EncodedAnswer>, Status>;
+
+    fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
+        let service = Arc::clone(&self.0);
+        Box::pin(async move { service.should_rate_limit(request).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use http_body_util::{BodyExt, Full};
+    use prost::Message;
+    use prost::bytes::Bytes;
+    use slidegate::MemoryStore;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::limiter::Limiter;
+    use crate::rules::{CurrentConfig, LoadOptions, RateLimitConfig};
+    use crate::telemetry::Telemetry;
+
+    const RULES: &str = "\
+domain: api
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: minute, requests_per_unit: 1}
+";
+
+    const MAX_MESSAGE_BYTES: usize = 256;
+
+    fn server() -> RateLimitServer<MemoryStore> {
+        let config = RateLimitConfig::from_sources(
+            &[("rules.yaml".into(), RULES.into())],
+            LoadOptions::default(),
+        )
+        .expect("the rules load");
+        let limiter = Limiter::new(
+            MemoryStore::new(),
+            CurrentConfig::new(config),
+            Arc::new(Telemetry::new()),
+        );
+        RateLimitServer::new(RateLimitGrpc::new(limiter), MAX_MESSAGE_BYTES)
+    }
+
+    fn request(value: &str) -> RateLimitRequest {
+        RateLimitRequest {
+            domain: "api".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "remote_address".into(),
+                    value: value.into(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            hits_addend: 0,
+        }
+    }
+
+    /// `message` in one uncompressed gRPC frame.
+    fn frame(message: &[u8]) -> Bytes {
+        let mut bytes = vec![0];
+        bytes.extend_from_slice(&u32::try_from(message.len()).unwrap().to_be_bytes());
+        bytes.extend_from_slice(message);
+        bytes.into()
+    }
+
+    /// The call's gRPC status (from its headers when it has no message, its
+    /// trailers otherwise) and its message's bytes.
+    async fn call(path: &str, body: Bytes) -> (i32, Vec<u8>) {
+        let request = http::Request::post(path)
+            .header(http::header::CONTENT_TYPE, "application/grpc")
+            .header("te", "trailers")
+            .body(Full::new(body))
+            .expect("a request");
+        let Ok(response) = server().oneshot(request).await;
+        let status_in = |headers: &http::HeaderMap| {
+            headers
+                .get(Status::GRPC_STATUS)
+                .map(|s| s.to_str().expect("ASCII").parse::<i32>().expect("a code"))
+        };
+        let in_headers = status_in(response.headers());
+        let body = response.into_body().collect().await.expect("the body");
+        let in_trailers = body.trailers().and_then(status_in);
+        let bytes = body.to_bytes();
+        let message = if bytes.is_empty() {
+            Vec::new()
+        } else {
+            bytes[5..].to_vec()
+        };
+        let status = in_headers.or(in_trailers).expect("a grpc-status");
+        (status, message)
+    }
+
+    #[tokio::test]
+    async fn should_rate_limit_is_answered_with_the_encoded_answer() {
+        let message = request("10.0.0.1").encode_to_vec();
+        let (status, answer) = call(SHOULD_RATE_LIMIT, frame(&message)).await;
+        assert_eq!(status, tonic::Code::Ok as i32);
+        let answer = RateLimitResponse::decode(answer.as_slice()).expect("the answer decodes");
+        assert_eq!(answer.overall_code, Code::Ok as i32);
+        assert_eq!(answer.statuses.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn another_method_is_unimplemented() {
+        let message = request("10.0.0.1").encode_to_vec();
+        let path = "/envoy.service.ratelimit.v3.RateLimitService/Other";
+        let (status, answer) = call(path, frame(&message)).await;
+        assert_eq!(status, tonic::Code::Unimplemented as i32);
+        assert!(answer.is_empty());
+    }
+
+    /// A message over the bound is refused from its frame's length prefix
+    /// (OUT_OF_RANGE), one within it decided.
+    #[tokio::test]
+    async fn a_message_over_the_bound_is_out_of_range() {
+        let long = request(&"x".repeat(MAX_MESSAGE_BYTES)).encode_to_vec();
+        assert!(long.len() > MAX_MESSAGE_BYTES);
+        let (status, _) = call(SHOULD_RATE_LIMIT, frame(&long)).await;
+        assert_eq!(status, tonic::Code::OutOfRange as i32);
+        let within = request(&"x".repeat(MAX_MESSAGE_BYTES - 40)).encode_to_vec();
+        assert!(within.len() <= MAX_MESSAGE_BYTES);
+        let (status, _) = call(SHOULD_RATE_LIMIT, frame(&within)).await;
+        assert_eq!(status, tonic::Code::Ok as i32);
+    }
+
+    /// A message prost cannot decode is refused as tonic's generated server
+    /// refuses it (INTERNAL), never answered.
+    #[tokio::test]
+    async fn a_message_prost_cannot_decode_is_refused() {
+        let (status, answer) = call(SHOULD_RATE_LIMIT, frame(&[0x0a, 0xff])).await;
+        assert_eq!(status, tonic::Code::Internal as i32);
+        assert!(answer.is_empty());
+    }
+}
