@@ -239,29 +239,31 @@ async fn a_long_path_value_no_longer_switches_off_the_address_limit_over_http(st
     }
 }
 
-/// 100 KB in one value: counted like any other when the gRPC message size
-/// lets it through, otherwise refused by the transport with a clear
-/// status (never an answer that passes it unlimited).
+/// 100 KB in one value: refused by the transport with a clear status under
+/// the default 64 KiB `--grpc-max-message-bytes`; counted like any other
+/// value when the flag lets it through (never an answer that passes it
+/// unlimited).
 #[tokio::test]
-async fn a_value_of_100_kb_over_grpc_is_counted_or_refused_by_size() {
-    let server = Server::start(Store::Memory, &[]);
+async fn a_value_of_100_kb_over_grpc_is_refused_by_size_or_counted_when_allowed() {
     let request = address_and_long_path("10.9.9.10", 100_000);
-    match server.check(request.clone()).await {
-        Ok(first) => {
-            assert_eq!(first.statuses[0].limit_remaining, 4, "{first:?}");
-            for _ in 0..4 {
-                server.check(request.clone()).await.expect("counted");
-            }
-            let sixth = server.check(request).await.expect("counted");
-            assert_eq!(sixth.overall_code, OVER_LIMIT, "{sixth:?}");
-        }
-        Err(status) => {
-            // tonic refuses a message over --grpc-max-message-bytes from
-            // its length prefix with OUT_OF_RANGE.
-            assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
-            assert!(status.message().contains("message"), "{status:?}");
-        }
+    let server = Server::start(Store::Memory, &[]);
+    let status = server
+        .check(request.clone())
+        .await
+        .expect_err("over the default message size");
+    // tonic refuses a message over --grpc-max-message-bytes from its length
+    // prefix with OUT_OF_RANGE.
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
+    assert!(status.message().contains("message"), "{status:?}");
+
+    let server = Server::start(Store::Memory, &["--grpc-max-message-bytes", "262144"]);
+    let first = server.check(request.clone()).await.expect("let through");
+    assert_eq!(first.statuses[0].limit_remaining, 4, "{first:?}");
+    for _ in 0..4 {
+        server.check(request.clone()).await.expect("counted");
     }
+    let sixth = server.check(request).await.expect("counted");
+    assert_eq!(sixth.overall_code, OVER_LIMIT, "{sixth:?}");
 }
 
 #[tokio::test]
