@@ -14,8 +14,8 @@
 # Prints the median req/s and its range over the rounds, the server's CPU
 # per request (utime + stime of its process from /proc/PID/stat over the
 # run, divided by the requests wrk counted: what a request costs the
-# server, whatever the load client manages), and the ratios issue 25
-# holds the path to. CPU per request is the figure to trust on a busy
+# server, whatever the load client manages), and the ratios the path
+# is held to. CPU per request is the figure to trust on a busy
 # machine; req/s also measures the load client, which shares the cores.
 #
 #   scripts/bench-http-peers.sh
