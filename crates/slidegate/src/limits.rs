@@ -293,24 +293,57 @@ pub fn carried_over(old: &[Rule], new: &[Rule]) -> Vec<(Rule, Rule)> {
         .collect()
 }
 
-/// Records on `key` under each new rule what it used under the old one
-/// (its limit, or burst, less what remains), at most the new limit (or
-/// burst).
+/// What `key` owes `new` of its use under `old` (the rules it was
+/// counted under before, the latest first): the most it used under any
+/// of them (a rule's limit, or burst, less what remains), less what it
+/// already holds under `new`, at most `new`'s limit (or burst). Asking
+/// twice, or after another process carried it, owes nothing more.
+pub async fn owed_to<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    old: &[Rule],
+    new: Rule,
+) -> Result<u64> {
+    let mut used = 0;
+    for rule in old {
+        let seen = store.peek(key, &[*rule]).await?;
+        // `remaining` runs from 0 to the burst (the limit without one).
+        used = used.max(rule.burst().saturating_sub(seen.remaining()));
+    }
+    if used == 0 {
+        return Ok(0);
+    }
+    let held = store.peek(key, &[new]).await?;
+    let held = new.burst().saturating_sub(held.remaining());
+    Ok(used.saturating_sub(held).min(new.burst()))
+}
+
+/// Records `owed` units of use on `key` under `new`, as a report (see
+/// [`owed_to`]).
+pub async fn record_carry<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    new: Rule,
+    owed: u64,
+) -> Result<()> {
+    if owed > 0 {
+        store
+            .acquire(key, &[new.without_options().reporting()], owed)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Records on `key` under each new rule what it [owes](owed_to) of its
+/// use under the old one.
 pub async fn carry_over<S: Store + ?Sized>(
     store: &S,
     key: &str,
     carried: &[(Rule, Rule)],
 ) -> Result<()> {
     for (old, new) in carried {
-        let seen = store.peek(key, &[*old]).await?;
-        // `remaining` runs from 0 to the burst (the limit without one).
-        let used = old.burst().saturating_sub(seen.remaining());
-        let used = used.min(new.burst());
-        if used > 0 {
-            store
-                .acquire(key, &[new.without_options().reporting()], used)
-                .await?;
-        }
+        let owed = owed_to(store, key, &[*old], *new).await?;
+        record_carry(store, key, *new, owed).await?;
     }
     Ok(())
 }

@@ -11,6 +11,7 @@
 //! other servers while a carry is being made (a few store round trips)
 //! do not see it.
 
+use slidegate::limits::{owed_to, record_carry};
 use slidegate::{Rate, Rule, Store};
 
 use super::plan::Planned;
@@ -46,17 +47,7 @@ pub(super) async fn carry_in<S: Store>(
 /// takes the counter's marker. The marker is taken once the use is read,
 /// so a store that fails before leaves the carry to a later decision.
 async fn carry_counter<S: Store>(store: &S, carry: &Carry, key: &str) -> slidegate::Result<()> {
-    let mut used = 0;
-    for old in &carry.old {
-        let seen = store.peek(key, &[*old]).await?;
-        used = used.max(old.burst().saturating_sub(seen.remaining()));
-    }
-    if used == 0 {
-        return Ok(());
-    }
-    let held = store.peek(key, &[carry.new]).await?;
-    let held = carry.new.burst().saturating_sub(held.remaining());
-    let owed = used.saturating_sub(held).min(carry.new.burst());
+    let owed = owed_to(store, key, &carry.old, carry.new).await?;
     if owed == 0 {
         return Ok(());
     }
@@ -65,9 +56,7 @@ async fn carry_counter<S: Store>(store: &S, carry: &Carry, key: &str) -> slidega
         .acquire(&carry_marker(key, carry.new), &[marker], 1)
         .await?;
     if taken.allowed() && !taken.degraded() {
-        store
-            .acquire(key, &[carry.new.without_options().reporting()], owed)
-            .await?;
+        record_carry(store, key, carry.new, owed).await?;
     }
     Ok(())
 }
