@@ -55,19 +55,7 @@ if [ -z "$AXUM_HELLO" ]; then
 fi
 start_work
 
-if [ -z "${THROTTLECRAB:-}" ]; then
-  if command -v throttlecrab-server >/dev/null; then
-    THROTTLECRAB=$(command -v throttlecrab-server)
-  else
-    command -v protoc >/dev/null || {
-      echo "${0##*/}: protoc is missing (Debian: apt-get install protobuf-compiler), needed to build throttlecrab-server" >&2
-      exit 1
-    }
-    echo "==> cargo install throttlecrab-server (into $WORK/throttlecrab)" >&2
-    cargo install --quiet --locked throttlecrab-server --root "$WORK/throttlecrab"
-    THROTTLECRAB=$WORK/throttlecrab/bin/throttlecrab-server
-  fi
-fi
+throttlecrab_binary
 
 SG_PORT=$(free_port)
 "$SLIDEGATE" serve --store memory --http-addr "127.0.0.1:$SG_PORT" --grpc-addr 127.0.0.1:0 \

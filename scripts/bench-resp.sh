@@ -49,19 +49,7 @@ need_tools redis-server redis-benchmark
 slidegate_binary
 start_work
 
-if [ -z "${THROTTLECRAB:-}" ]; then
-  if command -v throttlecrab-server >/dev/null; then
-    THROTTLECRAB=$(command -v throttlecrab-server)
-  else
-    command -v protoc >/dev/null || {
-      echo "${0##*/}: protoc is missing (Debian: apt-get install protobuf-compiler), needed to build throttlecrab-server" >&2
-      exit 1
-    }
-    echo "==> cargo install throttlecrab-server (into $WORK/throttlecrab)" >&2
-    cargo install --quiet --locked throttlecrab-server --root "$WORK/throttlecrab"
-    THROTTLECRAB=$WORK/throttlecrab/bin/throttlecrab-server
-  fi
-fi
+throttlecrab_binary
 
 SG_PORT=$(free_port)
 "$SLIDEGATE" serve --http-addr 127.0.0.1:0 --grpc-addr 127.0.0.1:0 \

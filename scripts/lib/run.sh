@@ -33,3 +33,21 @@ cleanup_work() {
   wait 2>/dev/null || true
   rm -rf "$WORK"
 }
+
+# throttlecrab_binary: THROTTLECRAB, or throttlecrab-server from PATH, or
+# one installed now with cargo into the work directory (start_work first).
+throttlecrab_binary() {
+  if [ -z "${THROTTLECRAB:-}" ]; then
+    if command -v throttlecrab-server >/dev/null; then
+      THROTTLECRAB=$(command -v throttlecrab-server)
+    else
+      command -v protoc >/dev/null || {
+        echo "${0##*/}: protoc is missing (Debian: apt-get install protobuf-compiler), needed to build throttlecrab-server" >&2
+        exit 1
+      }
+      echo "==> cargo install throttlecrab-server (into $WORK/throttlecrab)" >&2
+      cargo install --quiet --locked throttlecrab-server --root "$WORK/throttlecrab"
+      THROTTLECRAB=$WORK/throttlecrab/bin/throttlecrab-server
+    fi
+  fi
+}
