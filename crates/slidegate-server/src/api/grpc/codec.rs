@@ -1,6 +1,5 @@
 //! The codec of `ShouldRateLimit`: the request read from its bytes
-//! straight into the limiter's check (see
-//! [`decode_check`](crate::api::envoy::decode::decode_check)), refused with
+//! straight into the limiter's check (see [`decode_check`]), refused with
 //! the status tonic's generated server gives what prost cannot decode
 //! (`INTERNAL`) or the service gives an invalid check
 //! (`INVALID_ARGUMENT`); the answer already written as protobuf bytes by
