@@ -178,3 +178,31 @@ fn a_flood_of_empty_descriptors_allocates_for_the_bound_only() {
         flood.len()
     );
 }
+
+/// The same with one descriptor of two million empty entries: counted,
+/// refused for their number, no more kept than the bound allows.
+#[test]
+fn a_flood_of_empty_entries_allocates_for_the_bound_only() {
+    let bounds = RequestBounds::default();
+    let entries = [0x0a, 0x00].repeat((2 << 20) - 4);
+    let mut flood = vec![0x12];
+    prost::encoding::encode_varint(entries.len() as u64, &mut flood);
+    flood.extend(entries);
+    let before = ALLOCATED_BYTES.with(Cell::get);
+    let refused = decode_check(&flood, &bounds);
+    let allocated = ALLOCATED_BYTES.with(Cell::get) - before;
+    let refused = refused.expect_err("too many entries");
+    assert!(
+        refused
+            .to_string()
+            .contains("descriptor 0 has more than 16 entries"),
+        "{refused}"
+    );
+    // The entries kept up to the bound (a list growing by doubling to 16
+    // empty pairs, about 1.3 KB in all) and the refusal's message.
+    assert!(
+        allocated <= 4 << 10,
+        "{allocated} bytes allocated to read {} bytes",
+        flood.len()
+    );
+}
