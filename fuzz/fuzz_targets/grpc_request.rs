@@ -1,7 +1,9 @@
-//! Any bytes as the body of a gRPC `ShouldRateLimit`: decoded as Envoy's
-//! `RateLimitRequest`, translated within the default bounds, and decided
-//! against a small config on a memory store. An answer (one status per
-//! descriptor) or a typed error, never a panic.
+//! Any bytes as the body of a gRPC `ShouldRateLimit`: read into a check
+//! within the default bounds as the server reads them, which must agree
+//! with prost's decoding followed by `from_proto` (the same check, or a
+//! refusal of the same kind), and decided against a small config on a
+//! memory store. An answer (one status per descriptor) or a typed error,
+//! never a panic.
 #![no_main]
 
 use std::sync::OnceLock;
@@ -10,6 +12,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use slidegate::MemoryStore;
+use slidegate_server::api::envoy::decode::{Refused, decode_check};
 use slidegate_server::api::envoy::proto as grpc;
 use slidegate_server::bounds::RequestBounds;
 use slidegate_server::limiter::check as service;
@@ -40,8 +43,16 @@ thread_local! {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(request) = RateLimitRequest::decode(data) else { return };
-    let Ok(request) = grpc::from_proto(request, &RequestBounds::default()) else { return };
+    let bounds = RequestBounds::default();
+    let read = decode_check(data, &bounds);
+    let prosts = RateLimitRequest::decode(data).map(|request| grpc::from_proto(request, &bounds));
+    match (&read, &prosts) {
+        (Ok(check), Ok(Ok(reference))) => assert_eq!(check, reference),
+        (Err(Refused::Invalid(invalid)), Ok(Err(reference))) => assert_eq!(invalid, reference),
+        (Err(Refused::Malformed(_)), Err(_)) => {}
+        _ => panic!("read as {read:?}, by prost as {prosts:?}"),
+    }
+    let Ok(request) = read else { return };
     let answer = RUNTIME.with(|rt| rt.block_on(service::check(config(), store(), &request)));
     if let Ok(response) = answer {
         assert_eq!(response.statuses.len(), request.descriptors.len());

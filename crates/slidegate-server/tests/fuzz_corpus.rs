@@ -9,6 +9,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use prost::Message;
 use slidegate::{MemoryStore, Rate};
 use slidegate_server::api::envoy::answer::encode_answer;
+use slidegate_server::api::envoy::decode::{Refused, decode_check};
 use slidegate_server::api::envoy::json::RateLimitRequestJson;
 use slidegate_server::api::envoy::proto as grpc;
 use slidegate_server::api::http::request::parse_acquire;
@@ -103,11 +104,20 @@ async fn the_grpc_request_corpus_decides_or_errs() {
     let config = RateLimitConfig::from_sources(&sources, LoadOptions::default()).unwrap();
     let store = MemoryStore::builder().max_keys(10_000).build();
     let mut decided = 0;
+    let bounds = RequestBounds::default();
     for input in corpus("grpc_request") {
-        let Ok(request) = RateLimitRequest::decode(input.as_slice()) else {
-            continue;
-        };
-        let Ok(request) = grpc::from_proto(request, &RequestBounds::default()) else {
+        // The server's reading, and prost's with `from_proto` beside it:
+        // the same check, or a refusal of the same kind.
+        let read = decode_check(&input, &bounds);
+        let prosts = RateLimitRequest::decode(input.as_slice())
+            .map(|request| grpc::from_proto(request, &bounds));
+        match (&read, &prosts) {
+            (Ok(check), Ok(Ok(reference))) => assert_eq!(check, reference),
+            (Err(Refused::Invalid(invalid)), Ok(Err(reference))) => assert_eq!(invalid, reference),
+            (Err(Refused::Malformed(_)), Err(_)) => {}
+            _ => panic!("{input:02x?}: read as {read:?}, by prost as {prosts:?}"),
+        }
+        let Ok(request) = read else {
             continue;
         };
         if let Ok(response) = service::check(&config, &store, &request).await {

@@ -1,10 +1,12 @@
 //! Envoy's rate limit API in the limiter's terms: its request, validated
 //! once whichever wire it came by ([`request`]), as protobuf over gRPC
-//! ([`proto`]; the answer's bytes written by [`answer`]) and as proto3
+//! (read from its bytes by [`decode`], against prost's reading in
+//! [`proto`]; the answer's bytes written by [`answer`]) and as proto3
 //! JSON over HTTP ([`json`]), and the rate limit header fields of its
 //! answers ([`headers`]).
 
 pub mod answer;
+pub mod decode;
 pub mod headers;
 pub mod json;
 pub mod proto;

@@ -62,7 +62,10 @@ pub fn check_request<D: WireDescriptor>(
     })
 }
 
-fn descriptor(index: usize, parts: DescriptorParts) -> Result<DescriptorRequest, InvalidCheck> {
+/// Descriptor `index` of a check, once its parts are valid: its
+/// `is_negative_hits` unset, its limit override's rate a uint32 and its
+/// unit a known one.
+pub fn descriptor(index: usize, parts: DescriptorParts) -> Result<DescriptorRequest, InvalidCheck> {
     if parts.is_negative_hits {
         return Err(InvalidCheck(format!(
             "descriptor {index}: negative hits are not supported (an exact log cannot give admissions back)"

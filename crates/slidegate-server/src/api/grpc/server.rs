@@ -1,14 +1,13 @@
 //! The rate limit service as a tower service of its own, in place of the
 //! server tonic generates for it: the same one method
-//! (`ShouldRateLimit`), decoded by prost as there, but answered with the
-//! bytes the service wrote (see [`AnswerCodec`]) rather than with prost's
-//! structures of the answer.
+//! (`ShouldRateLimit`), but its request read straight into the limiter's
+//! check and its answer the bytes the service wrote (see [`AnswerCodec`]),
+//! rather than prost's structures of either.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use slidegate::Store;
 use tonic::codegen::{Body, BoxFuture, StdError, http};
 use tonic::server::{Grpc, NamedService, UnaryService};
@@ -17,6 +16,7 @@ use tonic::{Request, Response, Status};
 use super::codec::{AnswerCodec, EncodedAnswer};
 use super::health::SERVICE_NAME;
 use super::service::RateLimitGrpc;
+use crate::limiter::check::CheckRequest;
 
 /// The path of the one method.
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
@@ -70,9 +70,10 @@ where
             return Box::pin(std::future::ready(Ok(unimplemented())));
         }
         let method = ShouldRateLimit(Arc::clone(&self.service));
+        let codec = AnswerCodec::new(*self.service.bounds());
         let max_decoding_message_size = self.max_decoding_message_size;
         Box::pin(async move {
-            let mut grpc = Grpc::new(AnswerCodec)
+            let mut grpc = Grpc::new(codec)
                 .apply_max_message_size_config(Some(max_decoding_message_size), None);
             Ok(grpc.unary(method, request).await)
         })
@@ -98,11 +99,11 @@ fn unimplemented() -> http::Response<tonic::body::Body> {
 /// The `ShouldRateLimit` method, as tonic's unary calls take it.
 pub struct ShouldRateLimit<S>(pub Arc<RateLimitGrpc<S>>);
 
-impl<S: Store + 'static> UnaryService<RateLimitRequest> for ShouldRateLimit<S> {
+impl<S: Store + 'static> UnaryService<CheckRequest> for ShouldRateLimit<S> {
     type Response = EncodedAnswer;
     type Future = BoxFuture<Response<EncodedAnswer>, Status>;
 
-    fn call(&mut self, request: Request<RateLimitRequest>) -> Self::Future {
+    fn call(&mut self, request: Request<CheckRequest>) -> Self::Future {
         let service = Arc::clone(&self.0);
         Box::pin(async move { service.should_rate_limit(request).await })
     }
@@ -112,8 +113,8 @@ impl<S: Store + 'static> UnaryService<RateLimitRequest> for ShouldRateLimit<S> {
 mod tests {
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
     use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
     use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
     use http_body_util::{BodyExt, Full};
     use prost::Message;
     use prost::bytes::Bytes;
@@ -230,12 +231,26 @@ descriptors:
         assert_eq!(status, tonic::Code::Ok as i32);
     }
 
-    /// A message prost cannot decode is refused as tonic's generated server
-    /// refuses it (INTERNAL), never answered.
+    /// A message prost cannot decode (a length past its end, a domain
+    /// that is not UTF-8) is refused as tonic's generated server refuses
+    /// it (INTERNAL), never answered.
     #[tokio::test]
     async fn a_message_prost_cannot_decode_is_refused() {
-        let (status, answer) = call(SHOULD_RATE_LIMIT, frame(&[0x0a, 0xff])).await;
-        assert_eq!(status, tonic::Code::Internal as i32);
+        for message in [&[0x0a, 0xff][..], &[0x0a, 0x01, 0xff]] {
+            let (status, answer) = call(SHOULD_RATE_LIMIT, frame(message)).await;
+            assert_eq!(status, tonic::Code::Internal as i32, "{message:02x?}");
+            assert!(answer.is_empty());
+        }
+    }
+
+    /// A well-formed request that is no valid check is INVALID_ARGUMENT,
+    /// as the service answered it when prost had decoded it.
+    #[tokio::test]
+    async fn an_invalid_check_is_an_invalid_argument() {
+        let mut negative = request("10.0.0.1");
+        negative.descriptors[0].is_negative_hits = true;
+        let (status, answer) = call(SHOULD_RATE_LIMIT, frame(&negative.encode_to_vec())).await;
+        assert_eq!(status, tonic::Code::InvalidArgument as i32);
         assert!(answer.is_empty());
     }
 }

@@ -1,7 +1,6 @@
 //! Envoy's rate limit service over gRPC:
 //! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use slidegate::Store;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status};
@@ -9,10 +8,9 @@ use tonic::{Request, Response, Status};
 use super::codec::EncodedAnswer;
 use crate::api::envoy::answer::encode_answer;
 use crate::api::envoy::headers::{self, ResponseHeaders};
-use crate::api::envoy::proto::from_proto;
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
-use crate::limiter::check::CheckError;
+use crate::limiter::check::{CheckError, CheckRequest};
 use crate::telemetry::metrics::{InFlight, Protocol};
 
 /// The metadata key that marks an answer made by a failure policy.
@@ -49,6 +47,12 @@ impl<S> RateLimitGrpc<S> {
         self.bounds = bounds;
         self
     }
+
+    /// The bounds its requests are read within (see
+    /// [`AnswerCodec`](super::codec::AnswerCodec)).
+    pub fn bounds(&self) -> &RequestBounds {
+        &self.bounds
+    }
 }
 
 /// Room for an answer's usual bytes: about 30 a status (more with a named
@@ -56,17 +60,17 @@ impl<S> RateLimitGrpc<S> {
 const STATUS_BYTES: usize = 40;
 
 impl<S: Store + 'static> RateLimitGrpc<S> {
-    /// Envoy's `ShouldRateLimit`: the answer as the protobuf bytes of a
-    /// `RateLimitResponse`, or the gRPC status of a bad request or a failed
-    /// check (see [`status_of`]).
+    /// Envoy's `ShouldRateLimit`, its request already read within the
+    /// bounds: the answer as the protobuf bytes of a `RateLimitResponse`,
+    /// or the gRPC status of a bad request or a failed check (see
+    /// [`status_of`]).
     pub async fn should_rate_limit(
         &self,
-        request: Request<RateLimitRequest>,
+        request: Request<CheckRequest>,
     ) -> Result<Response<EncodedAnswer>, Status> {
         let _in_flight = InFlight::start(Protocol::Grpc);
         let span = crate::spans::grpc_span(request.metadata());
-        let request = from_proto(request.into_inner(), &self.bounds)
-            .map_err(|e| Status::invalid_argument(e.0))?;
+        let request = request.into_inner();
         // A guard, not a clone of the Arc: no write to the config's shared
         // count per call.
         let config = self.limiter.config().load();
