@@ -58,11 +58,11 @@ impl<'a> Fields<'a> {
             let name = text.string()?;
             text.expect(b':')?;
             let fresh = match name {
-                "key" => fields.key.replace(text.string()?).is_none(),
-                "limit" => fields.limit.replace(text.number()?).is_none(),
-                "window_ms" => fields.window_ms.replace(text.number()?).is_none(),
-                "cost" => fields.cost.replace(text.number()?).is_none(),
-                "algorithm" => fields.algorithm.replace(text.string()?).is_none(),
+                b"key" => fields.key.replace(text.text()?).is_none(),
+                b"limit" => fields.limit.replace(text.number()?).is_none(),
+                b"window_ms" => fields.window_ms.replace(text.number()?).is_none(),
+                b"cost" => fields.cost.replace(text.number()?).is_none(),
+                b"algorithm" => fields.algorithm.replace(text.text()?).is_none(),
                 _ => false,
             };
             if !fresh {
@@ -106,8 +106,15 @@ impl<'a> Scanner<'a> {
         (self.next()? == byte).then_some(())
     }
 
-    /// A string of printable ASCII without escapes.
-    fn string(&mut self) -> Option<&'a str> {
+    /// A string of printable ASCII without escapes, as text.
+    fn text(&mut self) -> Option<&'a str> {
+        // Printable ASCII: always UTF-8.
+        std::str::from_utf8(self.string()?).ok()
+    }
+
+    /// A string of printable ASCII without escapes, its bytes (a name is
+    /// matched as they are, not checked as UTF-8 first).
+    fn string(&mut self) -> Option<&'a [u8]> {
         self.expect(b'"')?;
         let rest = self.body.get(self.at..)?;
         let len = rest
@@ -117,8 +124,7 @@ impl<'a> Scanner<'a> {
             return None;
         }
         self.at += len + 1;
-        // Printable ASCII: always UTF-8.
-        std::str::from_utf8(&rest[..len]).ok()
+        Some(&rest[..len])
     }
 
     /// A whole number from 0 to 2^64-1, without sign, leading zero,
