@@ -37,7 +37,14 @@ where
     B: HttpBody<Data = Bytes>,
     B::Error: Into<BoxError>,
 {
-    check_length(request.headers())?;
+    // hyper's body knows its `Content-Length`: its bound is read there,
+    // without a second look-up and parse of the header. A body that does
+    // not know its length is judged by the header, as before.
+    match request.body().size_hint().upper() {
+        Some(length) if length > MAX_BODY_BYTES as u64 => return Err(too_large()),
+        Some(_) => {}
+        None => check_length(request.headers())?,
+    }
     check_content_type(request.headers())?;
     let mut body = pin!(Limited::new(request.into_body(), MAX_BODY_BYTES));
     // A small body comes in one frame: kept as it came, not copied
