@@ -6,9 +6,13 @@
 //! The router costs each request a lookup in its path tree, four
 //! extensions (a map allocated per request: the original URI, the matched
 //! path, the path's parameters) and a clone of the route's boxed service,
-//! none of which these two handlers read. They run behind the same
-//! [`guarded`] future as every route: counted in flight, panics answered
-//! 500, the request deadline, the JSON error bodies and `nosniff`.
+//! none of which these two handlers read. Nor do they go through axum's
+//! handler machinery: `/v1/acquire` reads the body as the connection
+//! gives it (not boxed into axum's body first) and borrows the state
+//! (not a clone of its handles per request), and `/healthz` is answered
+//! at once. They run behind the same [`guarded`] future as every route:
+//! counted in flight, panics answered 500, the request deadline, the
+//! JSON error bodies and `nosniff`.
 
 use std::convert::Infallible;
 use std::future::{Future, Ready, ready};

@@ -340,7 +340,7 @@ proptest::proptest! {
         if let Some(algorithm) = algorithm {
             members.push(format!("\"algorithm\":\"{algorithm}\""));
         }
-        let mut members: Vec<String> = order
+        let members: Vec<String> = order
             .iter()
             .filter_map(|&i| members.get(i).cloned())
             .collect();
