@@ -23,9 +23,12 @@ pub(super) fn parse_acquire(body: &[u8], bounds: &RequestBounds) -> Option<Acqui
     let fields = Fields::scan(body)?;
     let algorithm = match fields.algorithm {
         None => Algorithm::default(),
-        // A concurrency rule needs a lease, which this shape has not:
-        // the full parser refuses it.
-        Some(name) => name.parse().ok().filter(|a| *a != Algorithm::Concurrency)?,
+        // Matched as bytes, among the algorithms of a plain decision: a
+        // concurrency rule needs a lease, which this shape has not (the
+        // full parser refuses it).
+        Some(name) => Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name().as_bytes() == name)?,
     };
     let limit = Some(JsonNode::Unsigned(fields.limit?));
     let window_ms = Some(JsonNode::Unsigned(fields.window_ms?));
@@ -45,7 +48,7 @@ struct Fields<'a> {
     limit: Option<u64>,
     window_ms: Option<u64>,
     cost: Option<u64>,
-    algorithm: Option<&'a str>,
+    algorithm: Option<&'a [u8]>,
 }
 
 impl<'a> Fields<'a> {
@@ -62,7 +65,7 @@ impl<'a> Fields<'a> {
                 b"limit" => fields.limit.replace(text.number()?).is_none(),
                 b"window_ms" => fields.window_ms.replace(text.number()?).is_none(),
                 b"cost" => fields.cost.replace(text.number()?).is_none(),
-                b"algorithm" => fields.algorithm.replace(text.text()?).is_none(),
+                b"algorithm" => fields.algorithm.replace(text.string()?).is_none(),
                 _ => false,
             };
             if !fresh {
