@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use axum::BoxError;
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
@@ -10,7 +12,7 @@ use http::StatusCode;
 use slidegate::Store;
 
 use super::auth::KeyReader;
-use super::body::JsonBody;
+use super::body::{JsonBody, read_json};
 use super::decision_json::DecisionBody;
 use super::error::{ApiError, ErrorCode};
 use super::headers;
@@ -18,20 +20,41 @@ use super::request::{self, AcquireRequest};
 use super::state::AppState;
 use crate::limiter::AdhocDecision;
 
-/// `POST /v1/acquire`.
+/// `POST /v1/acquire` behind the router (while requests are traced).
 pub(super) async fn acquire<S: Store>(
     State(state): State<AppState<S>>,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let request = request::parse_acquire(&body, &state.bounds)?;
+    decide(&state, &body).await
+}
+
+/// `POST /v1/acquire` answered before the router: the body read as the
+/// connection gives it, the state borrowed rather than cloned.
+pub(super) async fn acquire_hot<S: Store, B>(
+    state: &AppState<S>,
+    request: http::Request<B>,
+) -> Response
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    match read_json(request).await {
+        Ok(body) => decide(state, &body).await.into_response(),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// The answer to the body of a `POST /v1/acquire`.
+async fn decide<S: Store>(state: &AppState<S>, body: &[u8]) -> Result<Response, ApiError> {
+    let request = request::parse_acquire(body, &state.bounds)?;
     let Some(rules) = state.limiter.rules_for(&request.key, &request.rules) else {
-        return Err(no_rules(&state));
+        return Err(no_rules(state));
     };
     if let Some(time) = request.lease {
-        return super::leases::acquire_lease(state, &request, &rules, time).await;
+        return super::leases::acquire_lease(state.clone(), &request, &rules, time).await;
     }
     if !request.max_wait.is_zero() {
-        return acquire_waiting(&state, &request, &rules).await;
+        return acquire_waiting(state, &request, &rules).await;
     }
     let answer = state
         .limiter
@@ -149,9 +172,11 @@ fn decision_response(status: StatusCode, answer: &AdhocDecision) -> Response {
     )
 }
 
-/// A decision's answer with `body`, its JSON.
+/// A decision's answer with `body`, its JSON. Made as it is sent: axum's
+/// `(status, String)` answer would first mark it `text/plain`.
 fn respond(status: StatusCode, answer: &AdhocDecision, body: String) -> Response {
-    let mut response = (status, body).into_response();
+    let mut response = Response::new(Body::from(body));
+    *response.status_mut() = status;
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),

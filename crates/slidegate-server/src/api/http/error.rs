@@ -319,12 +319,17 @@ impl From<slidegate::Error> for ApiError {
 /// keeping its status and its other headers (such as `Allow`).
 pub fn json_errors(response: Response) -> Response {
     let status = response.status();
+    // The status first: a success is never rewritten, and its type is
+    // not looked up.
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
     let is_json = response
         .headers()
         .get(CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+    if is_json {
         return response;
     }
     let code = ErrorCode::for_status(status);

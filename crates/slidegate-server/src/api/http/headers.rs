@@ -13,8 +13,10 @@
 //! in the request, `"p0"`, `"p1"`, ... All durations are whole seconds,
 //! rounded up, so a client that waits what it is told is never early.
 
+use std::cell::RefCell;
+
 use axum::http::{HeaderMap, HeaderValue};
-use slidegate::headers;
+use slidegate::{Rule, headers};
 
 use crate::limiter::AdhocDecision;
 
@@ -23,13 +25,15 @@ use crate::limiter::AdhocDecision;
 pub fn insert(fields: &mut HeaderMap, answer: &AdhocDecision, with_retry_after: bool) {
     let count = answer.rules.len();
     let name = |index| headers::default_policy_name(index, count);
-    let policy = headers::ratelimit_policy(
-        answer
-            .rules
-            .iter()
-            .enumerate()
-            .map(|(index, (rule, _))| (name(index), *rule)),
-    );
+    let policy = match answer.rules.as_slice() {
+        [(rule, _)] => single_policy(*rule),
+        rules => value(headers::ratelimit_policy(
+            rules
+                .iter()
+                .enumerate()
+                .map(|(index, (rule, _))| (name(index), *rule)),
+        )),
+    };
     let state = headers::ratelimit_list(
         answer
             .rules
@@ -37,7 +41,7 @@ pub fn insert(fields: &mut HeaderMap, answer: &AdhocDecision, with_retry_after: 
             .enumerate()
             .map(|(index, (_, decision))| (name(index), decision)),
     );
-    fields.insert(headers::RATELIMIT_POLICY, value(policy));
+    fields.insert(headers::RATELIMIT_POLICY, policy);
     fields.insert(headers::RATELIMIT, value(state));
     if with_retry_after {
         fields.insert(
@@ -59,6 +63,34 @@ pub fn retry_after_secs(answer: &AdhocDecision) -> u64 {
         .unwrap_or_else(|| headers::retry_after(&answer.decision))
 }
 
+thread_local! {
+    /// The last single rule this thread answered for, and its
+    /// `RateLimit-Policy` value: one rule, the same for every request of
+    /// a client, and a value that depends on it alone.
+    static LAST_POLICY: RefCell<Option<(Rule, HeaderValue)>> = const { RefCell::new(None) };
+}
+
+/// The `RateLimit-Policy` value of a request with the one rule `rule`,
+/// written once for a run of requests with the same rule: a clone of the
+/// value is a reference count, writing it a string, its check and two
+/// allocations.
+fn single_policy(rule: Rule) -> HeaderValue {
+    LAST_POLICY.with(|last| {
+        let mut last = last.borrow_mut();
+        match &*last {
+            Some((known, policy)) if *known == rule => policy.clone(),
+            _ => {
+                let policy = value(headers::ratelimit_policy([(
+                    headers::default_policy_name(0, 1),
+                    rule,
+                )]));
+                *last = Some((rule, policy.clone()));
+                policy
+            }
+        }
+    })
+}
+
 fn value(text: String) -> HeaderValue {
     // Built only from ASCII digits, names and punctuation.
     HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
@@ -66,7 +98,7 @@ fn value(text: String) -> HeaderValue {
 
 #[cfg(test)]
 mod tests {
-    use slidegate::{Decision, Rule};
+    use slidegate::Decision;
 
     use super::*;
 
@@ -84,6 +116,22 @@ mod tests {
 
     fn header(fields: &HeaderMap, name: &str) -> String {
         fields.get(name).unwrap().to_str().unwrap().to_owned()
+    }
+
+    #[test]
+    fn each_single_rule_gets_its_own_policy_one_after_the_other() {
+        let allowed = Decision::from_parts(true, 100, 99, 0, 60_000_000);
+        for (rate, expected) in [
+            ("100/1m", r#""default";q=100;w=60"#),
+            ("100/1m", r#""default";q=100;w=60"#),
+            ("100/1s", r#""default";q=100;w=1"#),
+            ("7/1s", r#""default";q=7;w=1"#),
+            ("100/1m", r#""default";q=100;w=60"#),
+        ] {
+            let mut fields = HeaderMap::new();
+            insert(&mut fields, &answer(&[(rate, allowed)]), false);
+            assert_eq!(header(&fields, "ratelimit-policy"), expected, "{rate}");
+        }
     }
 
     #[test]

@@ -6,20 +6,22 @@
 //! The router costs each request a lookup in its path tree, four
 //! extensions (a map allocated per request: the original URI, the matched
 //! path, the path's parameters) and a clone of the route's boxed service,
-//! none of which these two handlers read. They run behind the same
-//! [`guarded`] future as every route: counted in flight, panics answered
-//! 500, the request deadline, the JSON error bodies and `nosniff`.
+//! none of which these two handlers read. Nor do they go through axum's
+//! handler machinery: `/v1/acquire` reads the body as the connection
+//! gives it (not boxed into axum's body first) and borrows the state
+//! (not a clone of its handles per request), and `/healthz` is answered
+//! at once. They run behind the same [`guarded`] future as every route:
+//! counted in flight, panics answered 500, the request deadline, the
+//! JSON error bodies and `nosniff`.
 
 use std::convert::Infallible;
-use std::future::Future;
+use std::future::{Future, Ready, ready};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::Request;
-use axum::handler::Handler;
 use axum::response::Response;
 use axum::routing::future::RouteFuture;
 use futures_util::FutureExt;
@@ -35,8 +37,12 @@ use super::{acquire, ops};
 /// A handler's answer as a service's.
 type Answered = fn(Response) -> Result<Response, Infallible>;
 
-/// A hot route's future: its handler's, boxed as axum boxes it.
-type HotFuture = Map<Pin<Box<dyn Future<Output = Response> + Send>>, Answered>;
+/// A hot route's future: `/healthz`'s answer at once, or the acquire's
+/// future, boxed (its type cannot be named).
+type HotFuture = Either<
+    Ready<Result<Response, Infallible>>,
+    Map<Pin<Box<dyn Future<Output = Response> + Send>>, Answered>,
+>;
 
 /// The HTTP API: the hot routes, then the router.
 pub struct HttpApi<S> {
@@ -74,9 +80,8 @@ enum Hot {
     Healthz,
 }
 
-fn hot_route(request: &Request) -> Option<Hot> {
-    let path = request.uri().path();
-    match *request.method() {
+fn hot_route(method: &Method, path: &str) -> Option<Hot> {
+    match *method {
         Method::POST if path == "/v1/acquire" => Some(Hot::Acquire),
         Method::GET if path == "/healthz" => Some(Hot::Healthz),
         _ => None,
@@ -98,23 +103,25 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let request = request.map(Body::new);
         let hot = if self.inner.hot {
-            hot_route(&request)
+            hot_route(request.method(), request.uri().path())
         } else {
             None
         };
         let Some(hot) = hot else {
-            return Either::Right(self.inner.router.clone().call(request));
+            return Either::Right(self.inner.router.clone().call(request.map(Body::new)));
         };
-        let state = self.inner.state.clone();
-        let answered: Answered = Ok;
-        Either::Left(guarded(|| {
-            match hot {
-                Hot::Acquire => Handler::call(acquire::acquire::<S>, request, state),
-                Hot::Healthz => Handler::call(ops::healthz, request, state),
+        Either::Left(guarded(|| match hot {
+            Hot::Healthz => Either::Left(ready(Ok(ops::healthz_response()))),
+            Hot::Acquire => {
+                // The handler reads the body as it came and borrows the
+                // state: no boxed body, no clone of the state's handles.
+                let api = Arc::clone(&self.inner);
+                let answer: Pin<Box<dyn Future<Output = Response> + Send>> =
+                    Box::pin(async move { acquire::acquire_hot(&api.state, request).await });
+                let answered: Answered = Ok;
+                Either::Right(answer.map(answered))
             }
-            .map(answered)
         }))
     }
 }

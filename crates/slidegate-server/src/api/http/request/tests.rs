@@ -185,7 +185,9 @@ fn the_common_shape_is_read_as_the_full_parser_reads_it() {
     for body in [
         r#"{"key":"login:1","limit":100,"window_ms":60000}"#,
         r#"{"window_ms":1000,"cost":0,"key":"k","limit":5,"algorithm":"gcra"}"#,
-        r#" {"key":"a\u0062c","limit":1,"window_ms":1,"cost":3} "#,
+        " {\n\t\"key\" : \"a b\" ,\r\n\"limit\":1, \"window_ms\":1,\"cost\":3} ",
+        r#"{"key":"k","limit":1000,"window_ms":1000,"cost":18446744073709551615}"#,
+        r#"{"key":"","limit":1,"window_ms":1,"cost":0,"algorithm":"sliding_log"}"#,
     ] {
         let fast = fast::parse_acquire(body.as_bytes(), &bounds);
         assert_eq!(
@@ -205,12 +207,148 @@ fn the_common_shape_is_read_as_the_full_parser_reads_it() {
         r#"{"key":"k","limit":1,"window_ms":1} x"#,
         r#"{"key":"k","limit":1}"#,
         "[1]",
+        // Left to the full parser, which reads them (escapes, non-ASCII)
+        // or names what is wrong (a sign, a leading zero, an exponent, a
+        // number past 2^64-1, bytes after the number, a control byte).
+        // A concurrency rule without a lease: refused by the full parser.
+        r#"{"key":"k","limit":1,"window_ms":1,"algorithm":"concurrency"}"#,
+        r#"{"key":"a\u0062c","limit":1,"window_ms":1}"#,
+        r#"{"key":"a\"b","limit":1,"window_ms":1}"#,
+        r#"{"key":"clé","limit":1,"window_ms":1}"#,
+        r#"{"key":"k","limit":1,"window_ms":1,"cost":-1}"#,
+        r#"{"key":"k","limit":01,"window_ms":1}"#,
+        r#"{"key":"k","limit":1e2,"window_ms":1}"#,
+        r#"{"key":"k","limit":18446744073709551616,"window_ms":1}"#,
+        r#"{"key":"k","limit":1x,"window_ms":1}"#,
+        "{\"key\":\"a\tb\",\"limit\":1,\"window_ms\":1}",
+        r#"{"key":"k","limit":1,"window_ms":1,}"#,
+        r#"{"key":"k","limit":1,"window_ms":1"#,
+        r#"{"key":"k" "limit":1,"window_ms":1}"#,
+        r#"{"key":"k","limit":"1","window_ms":1}"#,
+        r#"{"key":1,"limit":1,"window_ms":1}"#,
+        "{}",
+        "",
     ] {
         assert_eq!(
             fast::parse_acquire(other.as_bytes(), &bounds),
             None,
             "{other}"
         );
+    }
+}
+
+/// A JSON value of the forms a client may send, valid or not, in the
+/// common shape's fields and elsewhere.
+fn value() -> impl proptest::strategy::Strategy<Value = &'static str> {
+    proptest::sample::select(vec![
+        "\"k\"",
+        "\"a\\\"b\"",
+        "\"\u{e9}\"",
+        "\"\t\"",
+        "\"\"",
+        "0",
+        "1",
+        "7",
+        "00",
+        "01",
+        "-1",
+        "-0",
+        "1.5",
+        "1e3",
+        "18446744073709551615",
+        "18446744073709551616",
+        "null",
+        "true",
+        "[1]",
+        "{}",
+        "\"gcra\"",
+        "\"concurrency\"",
+        "\"sliding_log\"",
+        "1x",
+        "",
+    ])
+}
+
+proptest::proptest! {
+    // Cheap cases, and most of them must come near the common shape.
+    #![proptest_config(proptest::test_runner::Config::with_cases(4096))]
+
+    /// Objects of the acquire's fields and others, each value drawn from
+    /// JSON's forms valid or not, in any order, with stray bytes around
+    /// them: what the common-shape reader accepts, the full parser reads
+    /// the same.
+    #[test]
+    fn the_common_shape_reader_never_reads_a_body_otherwise(
+        key in proptest::prop_oneof![proptest::strategy::Just("\"k\""), value()],
+        limit in proptest::prop_oneof![proptest::strategy::Just("100"), value()],
+        window_ms in proptest::prop_oneof![proptest::strategy::Just("1000"), value()],
+        extra in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![
+                    "key", "limit", "window_ms", "cost", "algorithm", "rules", "lease_ms", "Key",
+                ]),
+                value(),
+            ),
+            0..2,
+        ),
+        turn in 0usize..6,
+        before in proptest::sample::select(vec!["", " ", "[", "x"]),
+        after in proptest::sample::select(vec!["", " \n", ",", "}", "x"]),
+    ) {
+        let mut members = vec![
+            format!("\"key\":{key}"),
+            format!("\"limit\":{limit}"),
+            format!("\"window_ms\":{window_ms}"),
+        ];
+        members.extend(extra.iter().map(|(name, value)| format!("\"{name}\":{value}")));
+        let turn = turn % members.len();
+        members.rotate_left(turn);
+        let body = format!("{before}{{{}}}{after}", members.join(","));
+        let bounds = RequestBounds::default();
+        if let Some(fast) = fast::parse_acquire(body.as_bytes(), &bounds) {
+            proptest::prop_assert_eq!(
+                Some(fast),
+                parse_acquire_tree(body.as_bytes(), &bounds).ok(),
+                "{}",
+                body
+            );
+        }
+    }
+
+    /// The common shape itself, with any spacing, order and values: read
+    /// by the scanner, as the full parser reads it.
+    #[test]
+    fn the_common_shape_is_read_whatever_its_spacing_and_order(
+        key in "[ -!#-\\[\\]-~]{0,12}",
+        limit in 1u64..1000,
+        window_ms in 1u64..100_000,
+        cost in proptest::option::of(proptest::num::u64::ANY),
+        algorithm in proptest::option::of(proptest::sample::select(vec![
+            "sliding_log", "sliding_counter", "fixed_window", "gcra",
+        ])),
+        order in proptest::strategy::Strategy::prop_shuffle(proptest::strategy::Just(vec![0usize, 1, 2, 3, 4])),
+        space in proptest::sample::select(vec!["", " ", "\n\t", "\r\n  "]),
+    ) {
+        let mut members = vec![
+            format!("\"key\"{space}:{space}\"{key}\""),
+            format!("\"limit\":{space}{limit}"),
+            format!("\"window_ms\"{space}:{window_ms}"),
+        ];
+        if let Some(cost) = cost {
+            members.push(format!("\"cost\":{cost}{space}"));
+        }
+        if let Some(algorithm) = algorithm {
+            members.push(format!("\"algorithm\":\"{algorithm}\""));
+        }
+        let members: Vec<String> = order
+            .iter()
+            .filter_map(|&i| members.get(i).cloned())
+            .collect();
+        let body = format!("{space}{{{space}{}{space}}}{space}", members.join(&format!("{space},{space}")));
+        let bounds = RequestBounds::default();
+        let fast = fast::parse_acquire(body.as_bytes(), &bounds);
+        proptest::prop_assert!(fast.is_some(), "{}", body);
+        proptest::prop_assert_eq!(fast, parse_acquire_tree(body.as_bytes(), &bounds).ok(), "{}", body);
     }
 }
 
