@@ -12,10 +12,13 @@
 -- This file is a block, not a chunk: script.rs places it twice. Inline at
 -- the top of the script, for a call of one hit (index 1), where `return`
 -- answers the call and falling off the end goes on to the general code;
--- and as the body of `sliding_log_one(index, now, L, W, cost, margin)` for
--- the decisions of a coalesced call (batch.lua), where falling off the end
--- returns nil. The same text either way, so both decide alike; the inline
--- copy spares the common call the closure (about 2,000 instructions). An
+-- and as the body of `sliding_log_one(index, now, L, W, cost, margin, memo)`
+-- for the decisions of a coalesced call (batch.lua), where falling off the
+-- end returns nil. The same text either way, so both decide alike; the
+-- inline copy spares the common call the closure (about 2,000
+-- instructions). `memo` is false inline; in a coalesced call, a table the
+-- call's decisions share, for what they would each make again (the text of
+-- a number, a log's write format), and the header is unpacked whole. An
 -- answer that wrote nothing says so with a second value, true (a call of
 -- one hit answers with the first value only): a coalesced call may answer
 -- the same question on the same state again without deciding it again.
