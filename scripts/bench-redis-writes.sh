@@ -5,7 +5,10 @@
 # clock at 50k decisions/s, limit 100/1s, both on the caller's clock, sent
 # pipelined on one connection), on 10k keys (a key sees about five
 # decisions a window: most of its admissions are cold writes) and on one
-# hot key.
+# hot key. slidegate's script runs the stream twice: one call per
+# decision (ours), and BENCH_BATCH decisions to a call (default 80, about
+# what the store's coalescing sends at 500 tasks) as a coalesced call
+# decides them (ours-coalesced); its figures are per decision.
 #
 #   scripts/bench-redis-writes.sh [--callgrind]
 #
@@ -38,6 +41,7 @@ for arg in "$@"; do
   esac
 done
 STREAM=${BENCH_STREAM:-200000}
+BATCH=${BENCH_BATCH:-80}
 REPEAT=${BENCH_REPEAT:-3}
 RATE=50000
 
@@ -118,8 +122,8 @@ bytes_per_admission() {
 # run KIND SHA KEYS: one stream; "commands/decision usec/decision cpu_us/decision bytes/admission list".
 run() {
   local kind=$1 sha=$2 keys=$3 warm=$((RATE * 12 / 10)) c0 c1 cmds
-  gen "$kind" "$sha" "$keys" 100 1000 "$RATE" 0 "$warm" >"$WORK/warm.resp"
-  gen "$kind" "$sha" "$keys" 100 1000 "$RATE" "$warm" $((warm + STREAM)) >"$WORK/measure.resp"
+  gen "$kind" "$sha" "$keys" 100 1000 "$RATE" 0 "$warm" 1 "$BATCH" >"$WORK/warm.resp"
+  gen "$kind" "$sha" "$keys" 100 1000 "$RATE" "$warm" $((warm + STREAM)) 1 "$BATCH" >"$WORK/measure.resp"
   cli flushall >/dev/null
   cli --pipe <"$WORK/warm.resp" >/dev/null
   cli config resetstat >/dev/null
@@ -141,10 +145,10 @@ LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
 declare -A CMDS USEC CPU BYTES LIST
 for round in $(seq "$REPEAT"); do
   for keys in 10000 1; do
-    for kind in seed ours; do
+    for kind in seed ours ours-coalesced; do
       echo "round $round: $kind, $keys key(s)..." >&2
       sha=$SEED_SHA
-      [ "$kind" = ours ] && sha=$OURS_SHA
+      [ "$kind" != seed ] && sha=$OURS_SHA
       read -r c u p b l <<<"$(run "$kind" "$sha" "$keys")"
       CMDS[$kind,$keys]+=" $c"
       USEC[$kind,$keys]+=" $u"
@@ -166,12 +170,12 @@ if [ "$callgrind" = 1 ]; then
   SEED_SHA=$(cli script load "$(sed 's/window + 1000)/window + 3600000)/' "$SEED_LUA")")
   OURS_SHA=$(cli script load "$(ours_text)")
   for keys in 10000 1; do
-    for kind in seed ours; do
+    for kind in seed ours ours-coalesced; do
       echo "callgrind: $kind, $keys key(s)..." >&2
       sha=$SEED_SHA
-      [ "$kind" = ours ] && sha=$OURS_SHA
-      gen "$kind" "$sha" "$keys" 100 1000 "$RATE" 0 60000 3600000 >"$WORK/warm.resp"
-      gen "$kind" "$sha" "$keys" 100 1000 "$RATE" 60000 65000 3600000 >"$WORK/measure.resp"
+      [ "$kind" != seed ] && sha=$OURS_SHA
+      gen "$kind" "$sha" "$keys" 100 1000 "$RATE" 0 60000 3600000 "$BATCH" >"$WORK/warm.resp"
+      gen "$kind" "$sha" "$keys" 100 1000 "$RATE" 60000 65000 3600000 "$BATCH" >"$WORK/measure.resp"
       cli flushall >/dev/null
       cli --pipe <"$WORK/warm.resp" >/dev/null
       callgrind_control -z "$REDIS_PID" >/dev/null 2>&1
@@ -185,12 +189,12 @@ if [ "$callgrind" = 1 ]; then
   done
 fi
 
-echo "redis $(cli info server | tr -d '\r' | sed -n 's/^redis_version://p'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates/slidegate/src/store/redis || echo ' (script modified)'), load $LOAD_BEFORE -> $LOAD_AFTER, $REPEAT rounds of $STREAM decisions"
+echo "redis $(cli info server | tr -d '\r' | sed -n 's/^redis_version://p'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates/slidegate/src/store/redis || echo ' (script modified)'), load $LOAD_BEFORE -> $LOAD_AFTER, $REPEAT rounds of $STREAM decisions, coalesced calls of $BATCH decisions"
 echo
 echo "| keys | script | Redis commands per decision | EVALSHA usec per decision | redis-server CPU µs per decision | bytes per admission | instructions per EVALSHA | commands |"
 echo "|---|---|---|---|---|---|---|---|"
 for keys in 10000 1; do
-  for kind in seed ours; do
+  for kind in seed ours ours-coalesced; do
     echo "| $keys | $kind | $(median "${CMDS[$kind,$keys]}") | $(median "${USEC[$kind,$keys]}") | $(median "${CPU[$kind,$keys]}") | $(median "${BYTES[$kind,$keys]}") | ${INSTR[$kind,$keys]:--} |${LIST[$kind,$keys]} |"
   done
 done

@@ -46,21 +46,40 @@ ours_text() {
 # Redis' clock: TIME in the script, the stream's clock unused).
 # The clock advances 1e6/RATE µs per decision; KEYS = 1 is one hot key,
 # otherwise a reproducible random key in 0..KEYS-1.
+#   gen ours-coalesced SHA KEYS LIMIT WINDOW_MS RATE FROM TO MARGIN_MS BATCH
+# sends the same decisions BATCH to a call, as a coalesced call of the
+# store does (batch.lua), each call at the time of its first decision.
 gen() {
   perl -e '
     use strict;
-    my ($kind, $sha, $keys, $limit, $window_ms, $rate, $from, $to, $margin) = @ARGV;
+    my ($kind, $sha, $keys, $limit, $window_ms, $rate, $from, $to, $margin, $batch) = @ARGV;
     $margin = 1 unless defined $margin;
+    $batch = 1 unless defined $batch;
     srand(7919 * $from + 1);
     binmode STDOUT;
     my $t0 = 1700000000000000;
     sub bulk { return "\$" . length($_[0]) . "\r\n" . $_[0] . "\r\n" }
     my $out = "";
-    for my $i ($from .. $to - 1) {
+    for (my $i = $from; $i < $to; $i++) {
       my $t = $t0 + int($i * 1000000 / $rate);
       my $k = $keys == 1 ? "hot" : int(rand($keys));
       my @args;
-      if ($kind eq "seed") {
+      if ($kind eq "ours-coalesced") {
+        # One call of BATCH decisions (COALESCED = 4, MODE_SCALE = 2^20,
+        # see codes.lua), each one sliding-log hit of cost 1.
+        my $n = $to - $i < $batch ? $to - $i : $batch;
+        my $spec = pack("d<3", $t, $margin, -(4 * 1048576 + $n));
+        my @keys = ("slidegate:v2:{$k}:$limit/1s");
+        for my $d (1 .. $n) {
+          if ($d > 1) {
+            $k = $keys == 1 ? "hot" : int(rand($keys));
+            push @keys, "slidegate:v2:{$k}:$limit/1s";
+          }
+          $spec .= pack("d<6", 1, 1, 0, $limit, $window_ms * 1000, 1);
+        }
+        $i += $n - 1;
+        @args = ("EVALSHA", $sha, scalar(@keys), @keys, $spec);
+      } elsif ($kind eq "seed") {
         my $member = sprintf("%08x-%04x-4%03x-8%03x-%012x", $i, int(rand(65536)),
           int(rand(4096)), int(rand(4096)), int(rand(2 ** 40)));
         @args = ("EVALSHA", $sha, 1, "seed:{$k}", int($t / 1000), $window_ms, $limit, $member);

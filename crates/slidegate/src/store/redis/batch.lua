@@ -30,17 +30,9 @@
 -- key's state alone. A hot key's denials cost a table lookup each, not a
 -- GETRANGE. Any decision that may write to a key forgets its answers.
 local unchanged = {}
-
--- One hit: returns the answer, and true when it wrote nothing.
-local function decide_hit(index, code, limit, window, c)
-  if code == SLIDING_LOG then
-    local reply, wrote_nothing = sliding_log_one(index, now, limit, window, c, margin)
-    if reply then
-      return reply, wrote_nothing
-    end
-  end
-  return decide_one(index, code, limit, window, c)
-end
+-- What the call's sliding-log hits make more than once, made once (see
+-- sliding_log_one.lua): the text of a number, a log's write format.
+local memo = {}
 
 local spec, replies, at, base = ARGV[1], {}, 25, 0
 for d = 1, n do
@@ -56,7 +48,14 @@ for d = 1, n do
       reply = seen[2]
     else
       unchanged[key] = nil
-      ok, reply, wrote_nothing = pcall(decide_hit, base + 1, code, limit, window, c)
+      -- A sliding-log hit the inline steps leave undecided (nil) is
+      -- decided by the general code, as a call of its own would be.
+      if code == SLIDING_LOG then
+        ok, reply, wrote_nothing = pcall(sliding_log_one, base + 1, now, limit, window, c, margin, memo)
+      end
+      if ok and reply == nil then
+        ok, reply, wrote_nothing = pcall(decide_one, base + 1, code, limit, window, c)
+      end
       if ok and wrote_nothing then
         unchanged[key] = { c, reply }
       end

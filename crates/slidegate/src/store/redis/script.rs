@@ -33,7 +33,7 @@ use super::codes::Mode;
 /// written by name (`RESERVE`, `COMPACT`): see [`SCRIPT_TEXT`].
 const SCRIPT_SOURCE: &str = concat!(
     include_str!("prelude.lua"),
-    "if n == 1 and code == SLIDING_LOG then\nlocal index = 1\n",
+    "if n == 1 and code == SLIDING_LOG then\nlocal index, memo = 1, false\n",
     include_str!("sliding_log_one.lua"),
     "end\n",
     include_str!("arith.lua"),
@@ -44,7 +44,7 @@ const SCRIPT_SOURCE: &str = concat!(
     include_str!("concurrency.lua"),
     include_str!("main.lua"),
     include_str!("lease.lua"),
-    "local function sliding_log_one(index, now, L, W, cost, margin)\n",
+    "local function sliding_log_one(index, now, L, W, cost, margin, memo)\n",
     include_str!("sliding_log_one.lua"),
     "end\n",
     include_str!("batch.lua"),

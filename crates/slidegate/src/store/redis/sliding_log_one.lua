@@ -12,10 +12,13 @@
 -- This file is a block, not a chunk: script.rs places it twice. Inline at
 -- the top of the script, for a call of one hit (index 1), where `return`
 -- answers the call and falling off the end goes on to the general code;
--- and as the body of `sliding_log_one(index, now, L, W, cost, margin)` for
--- the decisions of a coalesced call (batch.lua), where falling off the end
--- returns nil. The same text either way, so both decide alike; the inline
--- copy spares the common call the closure (about 2,000 instructions). An
+-- and as the body of `sliding_log_one(index, now, L, W, cost, margin, memo)`
+-- for the decisions of a coalesced call (batch.lua), where falling off the
+-- end returns nil. The same text either way, so both decide alike; the
+-- inline copy spares the common call the closure (about 2,000
+-- instructions). `memo` is false inline; in a coalesced call, a table the
+-- call's decisions share, for what they would each make again (the text of
+-- a number, a log's write format), and the header is unpacked whole. An
 -- answer that wrote nothing says so with a second value, true (a call of
 -- one hit answers with the first value only): a coalesced call may answer
 -- the same question on the same state again without deciding it again.
@@ -35,10 +38,18 @@ local key = KEYS[index]
 local raw = redis.call('GETRANGE', key, '-136', '-1')
 local size = #raw
 local live, H, o1, T1, nt, nT = false, 0, 0, 0, 0, 0
+-- The rest of the header: unpacked with the rest in a coalesced call
+-- (most of its decisions on a key of their own are admissions, which need
+-- it: one unpack instead of two), else only when needed (a denial does not).
+local s, e, exp, fmt, ow, tw
 if size > 0 then
   local mark
   if size >= 72 then
-    mark, H, o1, T1, nt, nT = bunpack('<Bddddd', raw, size - 71)
+    if memo then
+      mark, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw = bunpack('<Bddddddddc5BB', raw, size - 71)
+    else
+      mark, H, o1, T1, nt, nT = bunpack('<Bddddd', raw, size - 71)
+    end
   end
   if mark ~= 254 or not (H <= T1 and T1 <= nT and o1 <= nt) then
     return redis.error_reply(format('KEYCONFLICT %d holds a string that is not a sliding log of this version', index))
@@ -61,9 +72,6 @@ if live and nt > now then
     d = floor
   end
 end
--- The rest of the header, unpacked when needed.
-local s, e, exp, fmt, ow, tw
-
 -- Drop the records more than a window old (in the header only: the bytes
 -- stay until the next compaction). Dropping changes the state even when
 -- nothing is recorded: a clock that steps back must not revive them.
@@ -73,7 +81,9 @@ if live and o1 + W < d then
   if nt + W < d then
     live = false
   else
-    s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
+    if not s then
+      s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
+    end
     -- The first live record: the oldest is expired and the newest is
     -- not, so gallop from the oldest (records 1, 2, 4, ... after it) to
     -- the first live one seen, then bisect: O(log k) records read for k
@@ -167,6 +177,14 @@ else
       s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
     end
     local rec, rawstart = ow + tw, e - (size - 72)
+    -- The write's format: the record's, then the header's.
+    local full = memo and memo[fmt]
+    if not full then
+      full = fmt .. 'Bddddddddc5BB'
+      if memo then
+        memo[fmt] = full
+      end
+    end
     nT = nT + cost
     if t == nt then
       -- Same µs as the newest record: it takes the cost.
@@ -208,11 +226,11 @@ else
         end
       end
       expire = true
-      value = kept .. bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
+      value = kept .. bpack(full, nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
     else
       -- Usually: the newest record and the header, in place.
       offset = pos
-      value = bpack(fmt .. 'Bddddddddc5BB', nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
+      value = bpack(full, nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
     end
   end
   local ttl
@@ -222,10 +240,27 @@ else
     if x % 1000 > 0 then
       ttl = ttl + 1
     end
-    ttl = format('%d', ttl)
+    -- Numbers go to Redis as text. In a coalesced call each text is
+    -- made once: its decisions share one now, so the TTLs they set
+    -- repeat, and so do small logs' offsets.
+    local text = memo and memo[ttl]
+    if not text then
+      text = format('%d', ttl)
+      if memo then
+        memo[ttl] = text
+      end
+    end
+    ttl = text
   end
   if offset then
-    redis.call('SETRANGE', key, format('%d', offset), value)
+    local text = memo and memo[offset]
+    if not text then
+      text = format('%d', offset)
+      if memo then
+        memo[offset] = text
+      end
+    end
+    redis.call('SETRANGE', key, text, value)
     if expire then
       redis.call('PEXPIRE', key, ttl)
     end
