@@ -24,27 +24,16 @@ KEYS=${KEYS:-10000}
 CASES=${CASES:-acquire healthz should-rate-limit health}
 TICKS=$(getconf CLK_TCK)
 
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# start_work, bench_rules, start_redis.
+# shellcheck source=lib/run.sh
+source "$(dirname "$0")/lib/run.sh"
+start_work
 
 # free_port, wait_port, cpu_ticks.
 # shellcheck source=lib/ports.sh
 source "$(dirname "$0")/lib/ports.sh"
 
-cat >"$WORK/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: key
-    rate_limit:
-      unit: second
-      requests_per_unit: 100
-YAML
+bench_rules "$WORK/bench.yaml"
 
 # start SIDE BINARY FLAGS: starts a server; sets PID_<SIDE>, HTTP_<SIDE>, GRPC_<SIDE>.
 start() {

@@ -110,23 +110,11 @@ if [ -z "${LIMITADOR_RLS:-}" ]; then
 fi
 slidegate_binary
 
-cat >"$WORK/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: key
-    rate_limit:
-      unit: second
-      requests_per_unit: 100
-YAML
+bench_rules "$WORK/bench.yaml"
 
 REDIS=
 if [[ " $STORES " == *" redis "* ]]; then
-  REDIS_PORT=$(free_port)
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$WORK" --logfile "$WORK/redis.log" &
-  PIDS+=($!)
-  wait_port "$REDIS_PORT"
-  REDIS=redis://127.0.0.1:$REDIS_PORT
+  start_redis
 fi
 
 # cell NUMBERS FORMAT: "median (lo–hi)" of the rounds' figures.

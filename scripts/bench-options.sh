@@ -39,12 +39,7 @@ source scripts/lib/ports.sh
 # shellcheck source=scripts/lib/stats.sh
 source scripts/lib/stats.sh
 
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --dir "$WORK" --logfile "$WORK/redis.log" &
-PIDS+=($!)
-wait_port "$REDIS_PORT"
-REDIS=redis://127.0.0.1:$REDIS_PORT
+start_redis
 cli() { redis-cli -p "$REDIS_PORT" "$@"; }
 
 declare -A RATE USEC

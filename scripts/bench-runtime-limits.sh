@@ -28,14 +28,10 @@ for tool in redis-server curl python3; do
   command -v "$tool" >/dev/null || { echo "bench-runtime-limits: $tool is not installed" >&2; exit 1; }
 done
 [ -x "$BINARY" ] || { echo "bench-runtime-limits: no binary at $BINARY (cargo build --release)" >&2; exit 1; }
-WORK=$(mktemp -d)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
+# start_work, bench_rules, start_redis.
+# shellcheck source=lib/run.sh
+source "$(dirname "$0")/lib/run.sh"
+start_work
 
 # free_port, wait_port.
 # shellcheck source=scripts/lib/ports.sh
@@ -53,14 +49,11 @@ serve() { # serve STORE_URL LOG: starts a server, prints its HTTP port
 }
 
 # 1. Reach.
-REDIS_PORT=$(free_port)
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$WORK/redis.log" 2>&1 &
-PIDS+=($!)
-wait_port "$REDIS_PORT"
+start_redis
 PORTS=()
 for i in 1 2 3; do
   # Not in $(...): the server's pid must reach PIDS in this shell.
-  serve "redis://127.0.0.1:$REDIS_PORT" "$WORK/serve.$i.log" >"$WORK/port.$i"
+  serve "$REDIS" "$WORK/serve.$i.log" >"$WORK/port.$i"
   PORTS+=("$(cat "$WORK/port.$i")")
 done
 echo "bench-runtime-limits: $CHANGES changes, three servers on one redis-server (load $(cut -d' ' -f1 /proc/loadavg))" >&2

@@ -60,25 +60,11 @@ source scripts/lib/ports.sh  # the working directory is the repository
 # shellcheck source=scripts/lib/stats.sh
 source scripts/lib/stats.sh
 
-# The rules of ShouldRateLimit and /v1/check: every value of `key` in
-# domain `bench` has its own 100/1s.
-cat >"$WORK/bench.yaml" <<'YAML'
-domain: bench
-descriptors:
-  - key: key
-    rate_limit:
-      unit: second
-      requests_per_unit: 100
-YAML
+bench_rules "$WORK/bench.yaml"
 
 REDIS=
 if [ "$NEEDS_REDIS" = 1 ]; then
-  REDIS_PORT=$(free_port)
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-    --dir "$WORK" --logfile "$WORK/redis.log" &
-  PIDS+=($!)
-  wait_port "$REDIS_PORT"
-  REDIS=redis://127.0.0.1:$REDIS_PORT
+  start_redis
 fi
 
 TABLES=()

@@ -34,6 +34,33 @@ cleanup_work() {
   rm -rf "$WORK"
 }
 
+# bench_rules FILE: the rules the server benchmarks send ShouldRateLimit
+# and /v1/check against: every value of `key` in domain `bench` has its
+# own 100/1s.
+bench_rules() {
+  cat >"$1" <<'YAML'
+domain: bench
+descriptors:
+  - key: key
+    rate_limit:
+      unit: second
+      requests_per_unit: 100
+YAML
+}
+
+# start_redis: a redis-server of the script's own on a free port, nothing
+# saved, its files in WORK (start_work first, and source
+# scripts/lib/ports.sh); sets REDIS_PORT and REDIS, its URL.
+start_redis() {
+  REDIS_PORT=$(free_port)
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+    --dir "$WORK" --logfile "$WORK/redis.log" &
+  PIDS+=($!)
+  wait_port "$REDIS_PORT"
+  # shellcheck disable=SC2034 # read by the scripts that source this
+  REDIS=redis://127.0.0.1:$REDIS_PORT
+}
+
 # throttlecrab_binary: THROTTLECRAB, or throttlecrab-server from PATH, or
 # one installed now with cargo into the work directory (start_work first).
 throttlecrab_binary() {
