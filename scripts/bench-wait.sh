@@ -46,7 +46,7 @@ STORES=${STORES:-memory redis}
 fits() { local span=$((5000 + ($2 > 0 ? $1 * 1000 / $2 : 0))); echo $((LIMIT * (1 + (span + WINDOW_MS - 1) / WINDOW_MS))); }
 BROKEN=0
 cd "$(dirname "$0")/.."
-# need_tools, slidegate_binary, start_work.
+# need_tools, slidegate_binary, start_work, start_redis.
 # shellcheck source=scripts/lib/run.sh
 source scripts/lib/run.sh
 [[ " $STORES " == *" redis "* ]] && need_tools redis-server
@@ -68,12 +68,8 @@ declare -A HTTP=()
 for store in $STORES; do
   url=memory
   if [ "$store" = redis ]; then
-    port=$(free_port)
-    redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-      --dir "$WORK" --logfile "$WORK/redis.log" &
-    PIDS+=($!)
-    wait_port "$port"
-    url=redis://127.0.0.1:$port
+    start_redis
+    url=$REDIS
   fi
   http=$(free_port)
   grpc=$(free_port)

@@ -20,6 +20,14 @@ fn request(tenant: &str, mode: &str) -> Request<String> {
         .unwrap()
 }
 
+/// One request of `tenant` in `mode` through `service`, once it is ready.
+async fn send<S>(service: &mut S, tenant: &str, mode: &str) -> Result<S::Response, S::Error>
+where
+    S: Service<Request<String>>,
+{
+    service.ready().await?.call(request(tenant, mode)).await
+}
+
 /// The inner service: answers, fails, panics or never ends, as asked.
 async fn inner(request: Request<String>) -> Result<Response<String>, &'static str> {
     match request.headers()["x-mode"].to_str().unwrap() {
@@ -45,13 +53,7 @@ where
     S::Error: std::fmt::Debug,
 {
     for _ in 0..200 {
-        let response = service
-            .ready()
-            .await
-            .unwrap()
-            .call(request(tenant, "ok"))
-            .await
-            .unwrap();
+        let response = send(service, tenant, "ok").await.unwrap();
         if response.status() == want {
             return response;
         }
@@ -73,29 +75,11 @@ async fn each_path_gives_its_place_back() {
     let mut service = layer.layer(service_fn(inner));
 
     // Held while its body is not read; another key is not held back.
-    let first = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("a", "ok"))
-        .await
-        .unwrap();
+    let first = send(&mut service, "a", "ok").await.unwrap();
     assert_eq!(first.status(), StatusCode::OK);
-    let second = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("a", "ok"))
-        .await
-        .unwrap();
+    let second = send(&mut service, "a", "ok").await.unwrap();
     assert_eq!(second.status(), StatusCode::TOO_MANY_REQUESTS);
-    let other = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("b", "ok"))
-        .await
-        .unwrap();
+    let other = send(&mut service, "b", "ok").await.unwrap();
     assert_eq!(other.status(), StatusCode::OK);
     // The body read to its end gives the place back.
     // (The body is kept: its end, not its drop, gives the place back.)
@@ -106,25 +90,14 @@ async fn each_path_gives_its_place_back() {
     let held = eventually(&mut service, "a", StatusCode::OK).await;
     assert_eq!(held.status(), StatusCode::OK);
     drop(body);
-    let refused = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("a", "ok"))
-        .await
-        .unwrap();
+    let refused = send(&mut service, "a", "ok").await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     // The body dropped unread (the client left).
     drop(held);
     eventually(&mut service, "a", StatusCode::OK).await;
 
     // An error of the inner service.
-    let failed = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("c", "fail"))
-        .await;
+    let failed = send(&mut service, "c", "fail").await;
     assert!(failed.is_err());
     eventually(&mut service, "c", StatusCode::OK).await;
 
@@ -159,43 +132,19 @@ async fn a_forgotten_place_comes_back_after_its_lease() {
     let mut service = layer.layer(service_fn(|_: Request<String>| async {
         Ok::<_, Infallible>(Response::new("x".to_owned()))
     }));
-    let held = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("a", "ok"))
-        .await
-        .unwrap();
+    let held = send(&mut service, "a", "ok").await.unwrap();
     // Leaked: as if the process holding it had died.
     std::mem::forget(held);
-    let refused = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("a", "ok"))
-        .await
-        .unwrap();
+    let refused = send(&mut service, "a", "ok").await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     clock.advance(Duration::from_millis(199));
-    let still = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("a", "ok"))
-        .await
-        .unwrap();
+    let still = send(&mut service, "a", "ok").await.unwrap();
     assert_eq!(
         still.status(),
         StatusCode::TOO_MANY_REQUESTS,
         "held until its lease ends"
     );
     clock.advance(Duration::from_millis(1));
-    let back = service
-        .ready()
-        .await
-        .unwrap()
-        .call(request("a", "ok"))
-        .await
-        .unwrap();
+    let back = send(&mut service, "a", "ok").await.unwrap();
     assert_eq!(back.status(), StatusCode::OK);
 }
