@@ -5,6 +5,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use compact_str::CompactString;
+
 use super::bounds::Bounds;
 use super::inner::Inner;
 use super::leases::LeaseBook;
@@ -26,8 +28,9 @@ pub struct MemoryStoreBuilder<C = MonotonicClock> {
     max_leases: usize,
 }
 
-impl MemoryStore<String, MonotonicClock> {
-    /// A store with `String` keys and the default settings.
+impl MemoryStore<CompactString, MonotonicClock> {
+    /// A store with string keys (kept as [`CompactString`], inline up to
+    /// 24 bytes) and the default settings.
     pub fn new() -> Self {
         MemoryStore::builder().build()
     }
@@ -56,7 +59,7 @@ pub const DEFAULT_MAX_RULES_PER_KEY: usize = 16;
 /// rules are found by a scan, which this keeps short.
 pub const MAX_RULES_PER_KEY: usize = 256;
 
-impl Default for MemoryStore<String, MonotonicClock> {
+impl Default for MemoryStore<CompactString, MonotonicClock> {
     fn default() -> Self {
         MemoryStore::new()
     }

@@ -37,7 +37,9 @@
 pub use builder::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_RULES_PER_KEY, MAX_RULES_PER_KEY, MemoryStoreBuilder,
 };
+pub use compact_str::CompactString;
 pub use store::{MemoryStats, MemoryStore};
+pub use stored_key::StoredKey;
 
 mod batch;
 mod bounds;
@@ -53,6 +55,7 @@ mod rules;
 mod slot;
 mod states;
 mod store;
+mod stored_key;
 mod sweep;
 #[cfg(test)]
 mod tests;

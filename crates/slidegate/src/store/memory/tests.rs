@@ -12,7 +12,7 @@ use crate::error::{Error, StoreBound};
 use crate::rate::{Algorithm, Rate, Rule};
 use crate::store::hit::Hit;
 
-fn store(clock: &ManualClock) -> MemoryStore<String, ManualClock> {
+fn store(clock: &ManualClock) -> MemoryStore<CompactString, ManualClock> {
     MemoryStore::builder()
         .clock(clock.clone())
         .sweep_interval(None)
@@ -138,12 +138,35 @@ fn bytes_full(max_bytes: usize) -> Error {
     }
 }
 
-fn bounded(clock: &ManualClock, max_bytes: usize) -> MemoryStore<String, ManualClock> {
+fn bounded(clock: &ManualClock, max_bytes: usize) -> MemoryStore<CompactString, ManualClock> {
     MemoryStore::builder()
         .clock(clock.clone())
         .sweep_interval(None)
         .max_bytes(max_bytes)
         .build()
+}
+
+/// The byte bound counts a string key's map entry and its heap text, and
+/// no text for a key short enough to be inline in its entry: a bound of
+/// three entries holds three keys of 24 bytes, but two of 25.
+#[test]
+fn the_byte_bound_counts_heap_text_and_no_inline_text() {
+    const ENTRY: usize = size_of::<super::map::Entry<CompactString>>() + 1;
+    let rule = Rule::parse("5/1m").unwrap();
+    for (len, fits) in [(24, 3), (25, 2)] {
+        let clock = ManualClock::new();
+        let s = bounded(&clock, 3 * ENTRY);
+        for k in 0..4 {
+            let key = format!("{k}{}", "k".repeat(len - 1));
+            let answer = s.acquire(key.as_str(), &[rule], 1);
+            if k < fits {
+                assert!(answer.unwrap().allowed(), "{len} bytes, key {k}");
+            } else {
+                assert_eq!(answer, Err(bytes_full(3 * ENTRY)), "{len} bytes, key {k}");
+            }
+        }
+        assert_within(&s, 3 * ENTRY);
+    }
 }
 
 #[test]
@@ -163,7 +186,9 @@ fn a_flood_of_keys_stays_within_the_byte_bound() {
         }
         clock.advance(Duration::from_micros(1));
     }
-    assert!(refused > 9_000, "{refused} refused");
+    // Keys of up to 12 bytes, inline: a 64-byte entry and a control byte
+    // each, so 64 KiB holds 1,008 of them.
+    assert!(refused > 8_900, "{refused} refused");
     assert!(s.len() > 100, "{} keys held", s.len());
     assert_within(&s, MAX);
 }
@@ -172,7 +197,7 @@ fn a_flood_of_keys_stays_within_the_byte_bound() {
 fn a_flood_of_rules_on_one_key_stays_within_the_byte_bound() {
     const MAX: usize = 16 * 1024;
     let clock = ManualClock::new();
-    let s: MemoryStore<String, ManualClock> = MemoryStore::builder()
+    let s: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
         .clock(clock.clone())
         .sweep_interval(None)
         .max_bytes(MAX)
@@ -288,7 +313,7 @@ fn a_full_byte_bound_sweeps_idle_keys_to_make_room() {
 #[test]
 fn the_rules_cap_replaces_idle_states_and_refuses_otherwise() {
     let clock = ManualClock::new();
-    let s: MemoryStore<String, ManualClock> = MemoryStore::builder()
+    let s: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
         .clock(clock.clone())
         .sweep_interval(None)
         .max_rules_per_key(2)
