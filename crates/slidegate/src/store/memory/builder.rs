@@ -99,7 +99,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     ///
     /// Counted: per key its map entry (the key and its slot, padded to a
     /// 64-byte cache line, and the table's control byte), the key's own
-    /// bytes (the text of a string key), and the heap of its states
+    /// heap bytes (the text of a string key longer than the 24 bytes a
+    /// [`CompactString`] holds inline, by capacity: none for a shorter
+    /// one), and the heap of its states
     /// (sliding-log rings and buffers by capacity, the box of a key with
     /// several rules). Not counted: the hash table's spare room (up to as
     /// much again as the entries, right after it grows), the rules each
