@@ -169,6 +169,42 @@ fn the_byte_bound_counts_heap_text_and_no_inline_text() {
     }
 }
 
+/// Key types other than the default keep working, looked up by what
+/// `StoredKey` pairs them with: one entry per key whichever way it is
+/// asked for, and a `String` key still counted with its text.
+#[test]
+fn other_key_types_find_their_entry_by_each_lookup_type() {
+    fn decides_and_resets<K, Q>(a: &Q, b: &Q, counted: usize)
+    where
+        K: StoredKey<Q> + Hash + Eq + Clone + Send + Sync + 'static,
+        Q: Hash + Eq + ?Sized,
+    {
+        let clock = ManualClock::new();
+        let s: MemoryStore<K, ManualClock> = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build();
+        let rule = Rule::parse("2/1s").unwrap();
+        assert!(s.acquire(a, &[rule], 1).unwrap().allowed());
+        assert!(s.acquire(a, &[rule], 1).unwrap().allowed());
+        assert!(!s.acquire(a, &[rule], 1).unwrap().allowed());
+        assert!(s.acquire(b, &[rule], 1).unwrap().allowed());
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.stats().key_bytes, counted);
+        assert!(s.reset(a));
+        assert!(!s.reset(a));
+        assert_eq!(s.len(), 1);
+    }
+    const ENTRY: usize = 64 + 1;
+    let (a, b) = ("user:1".to_owned(), "user:2".to_owned());
+    decides_and_resets::<String, str>(&a, &b, 2 * (ENTRY + 6));
+    decides_and_resets::<Box<str>, str>(&a, &b, 2 * (ENTRY + 6));
+    decides_and_resets::<std::sync::Arc<str>, str>(&a, &b, 2 * (ENTRY + 6 + 16));
+    decides_and_resets::<CompactString, String>(&a, &b, 2 * ENTRY);
+    decides_and_resets::<Vec<u8>, [u8]>(a.as_bytes(), b.as_bytes(), 2 * (ENTRY + 6));
+    decides_and_resets::<u64, u64>(&1, &2, 2 * (ENTRY + 8));
+}
+
 #[test]
 fn a_flood_of_keys_stays_within_the_byte_bound() {
     const MAX: usize = 64 * 1024;
