@@ -168,7 +168,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
-    /// Builds the store. Keys can be any `Hash + Eq` type.
+    /// Builds the store. Keys can be any `Hash + Eq` type, looked up by
+    /// what it implements [`StoredKey`](super::StoredKey) for (itself,
+    /// for a `Clone` type; `str` for the default [`CompactString`]).
     pub fn build<K>(self) -> MemoryStore<K, C>
     where
         K: Hash + Eq + Send + Sync + 'static,
