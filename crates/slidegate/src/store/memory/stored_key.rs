@@ -131,9 +131,10 @@ impl StoredKey<str> for Arc<str> {
         &**self == key
     }
 
-    /// The text and the two reference counts before it.
+    /// The text and the two reference counts before it, padded to the
+    /// counts' alignment.
     fn held_bytes(key: &str) -> usize {
-        key.len() + 2 * size_of::<usize>()
+        (key.len() + 2 * size_of::<usize>()).next_multiple_of(align_of::<usize>())
     }
 }
 
