@@ -67,7 +67,7 @@ async fn acquire_answers_are_the_documented_bytes() {
     let server = TestServer::start(
         MemoryStore::builder()
             .clock(ManualClock::at(1_000_000_000))
-            .build::<String>(),
+            .build(),
     )
     .await;
     let one = r#"{"key":"k","limit":2,"window_ms":60000}"#;

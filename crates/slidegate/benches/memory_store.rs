@@ -21,6 +21,7 @@
 //! cell for a profiler: `scripts/profile-memory-store.sh` counts
 //! instructions and cache misses per decision with callgrind.
 
+use slidegate::store::memory::CompactString;
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::thread;
@@ -395,7 +396,7 @@ fn profile(which: &str) {
                 let clock = slidegate::clock::ManualClock::at(start);
                 let set_time = |ns: u64| clock.set(start + ns / 1_000);
                 if cell.string {
-                    let s: MemoryStore<String, _> =
+                    let s: MemoryStore<CompactString, _> =
                         MemoryStore::builder().clock(clock.clone()).build();
                     let decide = |k: usize| {
                         s.acquire(names[k].as_str(), &rules, 1)

@@ -2,6 +2,7 @@
 //! back on every path a request can end by: its body's end, its body
 //! dropped (the client left), an error, a panic, its future dropped.
 
+use slidegate::store::memory::CompactString;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -125,7 +126,7 @@ async fn a_forgotten_place_comes_back_after_its_lease() {
     // the leak and the next request (a loaded machine) lets the lease run
     // out before the refusal is checked.
     let clock = ManualClock::new();
-    let store: MemoryStore<String, ManualClock> =
+    let store: MemoryStore<CompactString, ManualClock> =
         MemoryStore::builder().clock(clock.clone()).build();
     let layer =
         InFlightLayer::max_in_flight(store, Key::global(), 1, Duration::from_millis(200)).unwrap();

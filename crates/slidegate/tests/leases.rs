@@ -3,6 +3,7 @@
 
 mod common;
 
+use slidegate::store::memory::CompactString;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,11 +11,14 @@ use common::leases as scenario;
 use slidegate::clock::ManualClock;
 use slidegate::{MemoryStore, Rule};
 
-fn store_at(micros: u64) -> (MemoryStore<String, ManualClock>, ManualClock) {
+fn store_at(micros: u64) -> (MemoryStore<CompactString, ManualClock>, ManualClock) {
     store_with(micros, slidegate::store::DEFAULT_MAX_LEASES)
 }
 
-fn store_with(micros: u64, max_leases: usize) -> (MemoryStore<String, ManualClock>, ManualClock) {
+fn store_with(
+    micros: u64,
+    max_leases: usize,
+) -> (MemoryStore<CompactString, ManualClock>, ManualClock) {
     let clock = ManualClock::at(micros);
     let store = MemoryStore::builder()
         .clock(clock.clone())

@@ -5,6 +5,7 @@
 
 mod common;
 
+use slidegate::store::memory::CompactString;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
@@ -186,7 +187,7 @@ fn every_algorithm_and_option_keeps_its_promise_under_eight_threads() {
     let cases = Arc::new(contention::cases());
     let times = contention::round_times(ROUNDS);
     let clock = ManualClock::at(times[0]);
-    let store: MemoryStore<String, ManualClock> = MemoryStore::builder()
+    let store: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
         .clock(clock.clone())
         .sweep_interval(Some(Duration::from_millis(1)))
         .shards(4)
@@ -267,7 +268,7 @@ fn a_burst_of_50_passes_at_once_then_10_per_second_under_eight_threads() {
     let rule = Rule::parse("10/1s burst 50").expect("a valid rule");
     let start = contention::START;
     let clock = ManualClock::at(start);
-    let store: MemoryStore<String, ManualClock> = MemoryStore::builder()
+    let store: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
         .clock(clock.clone())
         .shards(4)
         .build();

@@ -6,6 +6,7 @@
 
 mod common;
 
+use slidegate::store::memory::CompactString;
 use std::time::Duration;
 
 use common::boundary::next_boundary;
@@ -116,7 +117,7 @@ proptest! {
     #[test]
     fn memory_store_decides_like_the_reference((start, rules, ops) in scenario()) {
         let clock = ManualClock::at(start);
-        let store: MemoryStore<String, ManualClock> =
+        let store: MemoryStore<CompactString, ManualClock> =
             MemoryStore::builder().clock(clock.clone()).sweep_interval(None).build();
         let mut reference = Reference::default();
         for (step, op) in ops.iter().enumerate() {
@@ -191,6 +192,70 @@ fn clock_now(clock: &ManualClock) -> u64 {
     clock.now_micros()
 }
 
+/// What a key of `len` bytes holds besides its map entry: nothing up to
+/// 24 bytes (inline in the entry), at least 32 bytes of heap beyond.
+fn held_bytes(len: usize) -> usize {
+    if len <= 24 { 0 } else { len.max(32) }
+}
+
+/// String keys inline in their entry (0, 23 and 24 bytes) and on the heap
+/// (25 and 1,000 bytes), each beside one differing only in its last byte
+/// (or its length), decide as the reference model does whether looked up
+/// by `&str` or by `&String`, and are counted in `bytes()` exactly: a map
+/// entry each, plus their heap text.
+#[test]
+fn string_keys_inline_and_spilled_decide_like_the_reference_and_are_counted_exactly() {
+    const ENTRY: usize = 64 + 1;
+    let rules = [
+        Rule::parse("3/1s").expect("a valid rule"),
+        Rule::parse("5/10s").expect("a valid rule"),
+    ];
+    for len in [0usize, 23, 24, 25, 1_000] {
+        let base = "k".repeat(len);
+        let keys = [base.clone(), format!("{}x", &base[..len.saturating_sub(1)])];
+        let clock = ManualClock::at(1 << 40);
+        let store: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .build();
+        let mut reference = Reference::default();
+        let mut x = 11u64;
+        for step in 0..400 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            clock.advance(Duration::from_micros(
+                [0, 1, 97_000, 400_000][(x % 4) as usize],
+            ));
+            let key = &keys[(x >> 8) as usize % 2];
+            let chosen = &rules[..1 + (x >> 16) as usize % 2];
+            let cost = (x >> 24) % 3;
+            let now = clock_now(&clock);
+            let want = reference.acquire(now, key, chosen, cost);
+            let got = if x >> 32 & 1 == 0 {
+                store.acquire(key.as_str(), chosen, cost)
+            } else {
+                store.acquire(key, chosen, cost)
+            };
+            assert_eq!(got, want, "{len} bytes, step {step}");
+        }
+        let held: usize = keys.iter().map(|key| ENTRY + held_bytes(key.len())).sum();
+        let stats = store.stats();
+        assert_eq!(stats.keys, 2, "{len} bytes");
+        assert_eq!(stats.key_bytes, held, "{len} bytes");
+        assert_eq!(store.bytes(), held + stats.heap_bytes, "{len} bytes");
+        // Found by `&String` and by `&str` alike: one entry per key.
+        assert!(store.reset(&keys[0]));
+        assert!(!store.reset(keys[0].as_str()));
+        assert_eq!(store.len(), 1, "{len} bytes");
+        assert_eq!(
+            store.bytes(),
+            ENTRY + held_bytes(keys[1].len()) + store.stats().heap_bytes,
+            "{len} bytes"
+        );
+    }
+}
+
 /// Windows past what a memory slot keeps inline (a ring from the first
 /// admission, whose base moves every 9 minutes or so) and past an hour (a
 /// box) decide as the reference model does, across many windows, and hold
@@ -200,7 +265,7 @@ fn long_windows_decide_like_the_reference() {
     for text in ["40/5m", "40/1h", "40/1d"] {
         let rule = Rule::parse(text).expect("a valid rule");
         let clock = ManualClock::at(1 << 40);
-        let store: MemoryStore<String, ManualClock> = MemoryStore::builder()
+        let store: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
             .clock(clock.clone())
             .sweep_interval(None)
             .build();

@@ -2,6 +2,7 @@
 
 mod support;
 
+use slidegate::store::memory::CompactString;
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -606,9 +607,9 @@ async fn several_rules_pass_or_fail_together_and_report_each_policy() {
 }
 
 fn same_limit_layer(
-    store: slidegate::MemoryStore<String, slidegate::clock::ManualClock>,
+    store: slidegate::MemoryStore<CompactString, slidegate::clock::ManualClock>,
 ) -> RateLimitLayer<
-    slidegate::MemoryStore<String, slidegate::clock::ManualClock>,
+    slidegate::MemoryStore<CompactString, slidegate::clock::ManualClock>,
     slidegate::middleware::PeerIp,
 > {
     RateLimitLayer::builder(store, Key::peer_ip())

@@ -6,8 +6,9 @@ mod common;
 
 use slidegate::MemoryStore;
 use slidegate::clock::ManualClock;
+use slidegate::store::memory::CompactString;
 
-fn store() -> (MemoryStore<String, ManualClock>, ManualClock) {
+fn store() -> (MemoryStore<CompactString, ManualClock>, ManualClock) {
     let clock = ManualClock::at(1_763_800_000_000_000);
     let store = MemoryStore::builder()
         .clock(clock.clone())

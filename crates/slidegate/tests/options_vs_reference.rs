@@ -6,6 +6,7 @@
 
 mod common;
 
+use slidegate::store::memory::CompactString;
 use std::time::Duration;
 
 use common::boundary::next_boundary;
@@ -88,7 +89,7 @@ proptest! {
     #[test]
     fn reports_and_lockouts_decide_like_the_reference((start, base, ops) in scenario()) {
         let clock = ManualClock::at(start);
-        let store: MemoryStore<String, ManualClock> =
+        let store: MemoryStore<CompactString, ManualClock> =
             MemoryStore::builder().clock(clock.clone()).sweep_interval(None).build();
         let mut reference = Reference::default();
         let asked = |chosen: &[(usize, Options)]| -> Vec<Rule> {

@@ -9,6 +9,7 @@
 
 mod common;
 
+use slidegate::store::memory::CompactString;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -397,7 +398,7 @@ fn undo_after_the_window_moved_on(
                 .build(),
         )
         .expect("the Redis store connects to the cluster");
-    let memory: slidegate::MemoryStore<String, slidegate::clock::ManualClock> =
+    let memory: slidegate::MemoryStore<CompactString, slidegate::clock::ManualClock> =
         slidegate::MemoryStore::builder()
             .clock(clock.clone())
             .sweep_interval(None)

@@ -3,6 +3,7 @@
 
 mod common;
 
+use slidegate::store::memory::CompactString;
 use std::time::Duration;
 
 use common::redis_log::read_log;
@@ -109,7 +110,7 @@ async fn a_log_holding_more_than_the_limit_in_reservations_decides_as_the_memory
     let server = RedisServer::start();
     let clock = ManualClock::at(1_000_000);
     let redis = store(&server, &clock).await;
-    let memory: MemoryStore<String, ManualClock> = MemoryStore::builder()
+    let memory: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
         .clock(clock.clone())
         .sweep_interval(None)
         .build();

@@ -11,6 +11,7 @@
 
 mod common;
 
+use slidegate::store::memory::CompactString;
 use std::time::Duration;
 
 use common::boundary::next_boundary;
@@ -222,7 +223,7 @@ impl Harness {
             .map(|k| format!("case{}-{k}", self.cases))
             .collect();
         self.clock.set(start);
-        let memory: MemoryStore<String, ManualClock> = MemoryStore::builder()
+        let memory: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
             .clock(self.clock.clone())
             .sweep_interval(None)
             .build();

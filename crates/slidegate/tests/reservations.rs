@@ -1,13 +1,14 @@
 //! Reservations on the memory store: a request that would be refused takes
 //! the earliest time it fits, recorded in one step, and waits for it.
 
+use slidegate::store::memory::CompactString;
 use std::time::Duration;
 
 use slidegate::clock::{Clock, ManualClock};
 use slidegate::store::{BatchReservation, MAX_WAIT};
 use slidegate::{Algorithm, Decision, Error, Hit, MemoryStore, Rule, Store};
 
-fn store_at(micros: u64) -> (MemoryStore<String, ManualClock>, ManualClock) {
+fn store_at(micros: u64) -> (MemoryStore<CompactString, ManualClock>, ManualClock) {
     let clock = ManualClock::at(micros);
     let store = MemoryStore::builder()
         .clock(clock.clone())
@@ -281,7 +282,7 @@ impl Clock for TokioClock {
 #[tokio::test(start_paused = true)]
 async fn acquire_wait_sleeps_until_the_reserved_time_and_passes() {
     let clock = TokioClock(tokio::time::Instant::now());
-    let store: MemoryStore<String, TokioClock> = MemoryStore::builder()
+    let store: MemoryStore<CompactString, TokioClock> = MemoryStore::builder()
         .clock(clock.clone())
         .sweep_interval(None)
         .build();
@@ -332,7 +333,7 @@ fn a_denied_batch_keeps_no_key_it_added() {
 
 /// A store of another crate that implements only the required methods and
 /// `reserve_batch` (as a wrapper that times or counts calls does).
-struct BatchesOnly(MemoryStore<String, TokioClock>);
+struct BatchesOnly(MemoryStore<CompactString, TokioClock>);
 
 impl Store for BatchesOnly {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {
@@ -404,7 +405,7 @@ async fn reserve_and_acquire_wait_come_from_reserve_batch() {
 
 /// A store of another crate that cannot reserve: only the required
 /// methods.
-struct DecidesOnly(MemoryStore<String, TokioClock>);
+struct DecidesOnly(MemoryStore<CompactString, TokioClock>);
 
 impl Store for DecidesOnly {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> slidegate::Result<Decision> {

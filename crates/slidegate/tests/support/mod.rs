@@ -2,6 +2,7 @@
 //! middleware tests.
 #![allow(dead_code)]
 
+use slidegate::store::memory::CompactString;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
@@ -135,7 +136,7 @@ pub fn empty(builder: http::request::Builder) -> Request<Full<Bytes>> {
 }
 
 /// A memory store on a manual clock: time moves only when told to.
-pub fn manual_store() -> (MemoryStore<String, ManualClock>, ManualClock) {
+pub fn manual_store() -> (MemoryStore<CompactString, ManualClock>, ManualClock) {
     let clock = ManualClock::new();
     let store = MemoryStore::builder()
         .clock(clock.clone())

@@ -5,6 +5,8 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use compact_str::CompactString;
+
 use super::bounds::Bounds;
 use super::inner::Inner;
 use super::leases::LeaseBook;
@@ -26,8 +28,9 @@ pub struct MemoryStoreBuilder<C = MonotonicClock> {
     max_leases: usize,
 }
 
-impl MemoryStore<String, MonotonicClock> {
-    /// A store with `String` keys and the default settings.
+impl MemoryStore<CompactString, MonotonicClock> {
+    /// A store with string keys (kept as [`CompactString`], inline up to
+    /// 24 bytes) and the default settings.
     pub fn new() -> Self {
         MemoryStore::builder().build()
     }
@@ -56,7 +59,7 @@ pub const DEFAULT_MAX_RULES_PER_KEY: usize = 16;
 /// rules are found by a scan, which this keeps short.
 pub const MAX_RULES_PER_KEY: usize = 256;
 
-impl Default for MemoryStore<String, MonotonicClock> {
+impl Default for MemoryStore<CompactString, MonotonicClock> {
     fn default() -> Self {
         MemoryStore::new()
     }
@@ -96,7 +99,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     ///
     /// Counted: per key its map entry (the key and its slot, padded to a
     /// 64-byte cache line, and the table's control byte), the key's own
-    /// bytes (the text of a string key), and the heap of its states
+    /// heap bytes (the text of a string key longer than the 24 bytes a
+    /// [`CompactString`] holds inline, by capacity: none for a shorter
+    /// one), and the heap of its states
     /// (sliding-log rings and buffers by capacity, the box of a key with
     /// several rules). Not counted: the hash table's spare room (up to as
     /// much again as the entries, right after it grows), the rules each
@@ -163,7 +168,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
-    /// Builds the store. Keys can be any `Hash + Eq` type.
+    /// Builds the store. Keys can be any `Hash + Eq` type, looked up by
+    /// what it implements [`StoredKey`](super::StoredKey) for (itself,
+    /// for a `Clone` type; `str` for the default [`CompactString`]).
     pub fn build<K>(self) -> MemoryStore<K, C>
     where
         K: Hash + Eq + Send + Sync + 'static,

@@ -1,7 +1,6 @@
 //! What every clone of a memory store shares (the sharded map, the clock,
 //! the bounds), and the decisions made under its shards' locks.
 
-use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::hash::Hash;
 use std::sync::OnceLock;
@@ -16,6 +15,7 @@ use super::leases::LeaseBook;
 use super::map::{Entry, Map, Shard};
 use super::rules::RuleTable;
 use super::slot::{Slot, key_bytes};
+use super::stored_key::StoredKey;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::error::{Error, Result};
@@ -53,8 +53,11 @@ where
     C: Clock,
 {
     /// Takes one key (and its bytes) from the bounds.
-    pub(super) fn add_key<Q: ?Sized>(&self, key: &Q) -> Result<u32> {
-        let bytes = key_bytes::<Entry<K>, Q>(key);
+    pub(super) fn add_key<Q: ?Sized>(&self, key: &Q) -> Result<u32>
+    where
+        K: StoredKey<Q>,
+    {
+        let bytes = key_bytes::<Entry<K>>(K::held_bytes(key));
         self.bounds.try_add_key(bytes as usize)?;
         Ok(bytes)
     }
@@ -62,8 +65,8 @@ where
     #[inline]
     pub(super) fn acquire<Q>(&self, key: &Q, rules: &[Rule], cost: u64) -> Result<Decision>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let hash = self.map.hash(key);
         let mut shard = self.map.lock(self.map.shard_of(hash));
@@ -85,7 +88,7 @@ where
         let bytes = self.add_key(key)?;
         let entry = self
             .map
-            .insert(table, hash, key.to_owned(), Slot::empty(bytes));
+            .insert(table, hash, K::from_lookup(key), Slot::empty(bytes));
         decide_key(&mut entry.slot, held, rules, now, cost, &self.bounds)
     }
 
@@ -98,8 +101,8 @@ where
         decide: impl FnOnce(&mut Locked<'_, '_>, &[LockedHit], u64, &Bounds) -> Result<T>,
     ) -> Result<T>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let key = |distinct: usize| hits[index.keys[distinct].0].key;
         let hashes: Vec<u64> = (0..index.keys.len())
@@ -135,7 +138,7 @@ where
                 None if consumes => match self.add_key(key(d)) {
                     Ok(bytes) => {
                         self.map
-                            .insert(table, hashes[d], key(d).to_owned(), Slot::empty(0));
+                            .insert(table, hashes[d], K::from_lookup(key(d)), Slot::empty(0));
                         (Slot::empty(bytes), true, true)
                     }
                     Err(full) => {
@@ -177,7 +180,7 @@ where
             // would otherwise outlive the refusal, and a window counter's
             // would keep the window of `now` if the clock stepped back.
             if added[d] && slot.is_idle(now, rules) {
-                if let Ok(entry) = table.find_entry(hashes[d], |e| e.key.borrow() == key(d)) {
+                if let Ok(entry) = table.find_entry(hashes[d], |e| e.key.matches(key(d))) {
                     entry.remove();
                     self.bounds.remove_keys(1, slot.bytes());
                 }

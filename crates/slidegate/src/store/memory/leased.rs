@@ -4,7 +4,6 @@
 //!
 //! [`LeaseBook`]: super::leases::LeaseBook
 
-use std::borrow::Borrow;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use super::inner::BatchKeys;
 use super::lease_steps::{Part, Queue, Taken, leave_queue, settle, take_budget, take_places};
 use super::leases::{LeaseId, Record};
 use super::store::MemoryStore;
+use super::stored_key::StoredKey;
 use crate::clock::Clock;
 use crate::decision::{Decision, micros};
 use crate::error::{Error, Result};
@@ -52,8 +52,8 @@ where
         time: Duration,
     ) -> Result<Lease>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let kind = check_lease(rules, cost, time)?;
         self.lease_attempt(key, rules, cost, time, kind, None)
@@ -73,8 +73,8 @@ where
         max_wait: Duration,
     ) -> Result<Lease>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + Sync + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + Sync + ?Sized,
     {
         let kind = check_lease(rules, cost, time)?;
         let started = Instant::now();
@@ -89,7 +89,7 @@ where
         let deadline = inner.clock.now_micros() + micros(max_wait);
         let mut queued = ticket.map(|ticket| Waiting {
             store: self.clone(),
-            key: key.to_owned(),
+            key: K::from_lookup(key),
             rules: rules.to_vec(),
             ticket,
             armed: false,
@@ -125,8 +125,8 @@ where
     /// [`Store::commit`](crate::Store::commit).
     pub fn commit<Q>(&self, id: &str, key: Option<&Q>, cost: u64) -> Result<Settled>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         if cost > Rate::MAX_LIMIT {
             return Err(Error::CostExceedsLimit {
@@ -141,8 +141,8 @@ where
     /// [`Store::release`](crate::Store::release).
     pub fn release<Q>(&self, id: &str, key: Option<&Q>) -> Result<Settled>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         self.settle_lease(id, key, None)
     }
@@ -165,15 +165,15 @@ where
         queue: Option<Queue>,
     ) -> Result<Lease>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let inner = &*self.inner;
         let id: LeaseId = random_id()?;
         inner
             .leases
             .open_one(inner.clock.now_micros(), &inner.bounds)?;
-        let bytes = Record::<K>::bytes_for(size_of_val(key), rules.len());
+        let bytes = Record::<K>::bytes_for(K::held_bytes(key), rules.len());
         if let Err(full) = inner.bounds.try_charge(bytes) {
             inner.leases.unopen_one();
             return Err(full);
@@ -196,8 +196,8 @@ where
         };
         let expires = now + micros(time);
         let record = Record::new(
-            key.to_owned(),
-            size_of_val(key),
+            K::from_lookup(key),
+            K::held_bytes(key),
             kind,
             cost,
             rules.iter().copied().zip(marks).collect(),
@@ -220,8 +220,8 @@ where
         queue: Option<Queue>,
     ) -> Result<(Taken, u64)>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let hits: Vec<Hit<'_, Q>> = rules.iter().map(|&rule| Hit { key, rule, cost }).collect();
         let index = BatchKeys::new(&hits);
@@ -245,8 +245,8 @@ where
     /// Commits (`used` the cost) or releases (`None`) the lease `id`.
     fn settle_lease<Q>(&self, id: &str, key: Option<&Q>, used: Option<u64>) -> Result<Settled>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let Some(id) = parse_hex::<16>(id) else {
             return Err(Error::LeaseNotFound);
@@ -259,8 +259,9 @@ where
         })?;
         let used = used.unwrap_or(0);
         let extra = used.saturating_sub(record.cost);
-        let lease_key: &Q = record.key.borrow();
-        let hits: Vec<Hit<'_, Q>> = record
+        // The stored key stands for the caller's: it hashes alike.
+        let lease_key: &K = &record.key;
+        let hits: Vec<Hit<'_, K>> = record
             .parts
             .iter()
             .map(|&(rule, _)| Hit {
@@ -278,9 +279,9 @@ where
         let step = |keys: &mut Locked<'_, '_>, _: &[LockedHit], now, bounds: &Bounds| {
             settle(keys, &parts, now, record.cost, used, bounds)
         };
-        let (over_limit, state) = match inner.acquire_batch(&hits, &index, step) {
+        let (over_limit, state) = match inner.acquire_batch::<K, _>(&hits, &index, step) {
             Err(full @ Error::StoreFull { .. }) => {
-                inner.after_sweep(full, || inner.acquire_batch(&hits, &index, step))
+                inner.after_sweep(full, || inner.acquire_batch::<K, _>(&hits, &index, step))
             }
             answer => answer,
         }?;
@@ -300,8 +301,8 @@ where
     /// Takes `ticket` out of the queues of `key`'s concurrency `rules`.
     fn leave_queue<Q>(&self, key: &Q, rules: &[Rule], ticket: u64)
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let hits: Vec<Hit<'_, Q>> = rules
             .iter()

@@ -9,13 +9,13 @@
 //! next call that locks its shard, and on every shard before a lease is
 //! refused for `max_leases`.
 
-use std::borrow::Borrow;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
 use super::bounds::Bounds;
+use super::stored_key::StoredKey;
 use crate::error::{Error, Result};
 use crate::rate::Rule;
 use crate::store::lease::LeaseKind;
@@ -205,14 +205,14 @@ impl<K> LeaseBook<K> {
         refuse: impl FnOnce(&Record<K>) -> Option<Error>,
     ) -> Result<Record<K>>
     where
-        K: Borrow<Q> + Clone,
-        Q: Eq + ?Sized,
+        K: StoredKey<Q> + Clone,
+        Q: ?Sized,
     {
         let mut shard = self.shard(id).lock();
         let closed = shard.purge(now, bounds);
         self.open.fetch_sub(closed, Ordering::AcqRel);
         let record = match shard.records.get_mut(id) {
-            Some(record) if key.is_none_or(|key| record.key.borrow() == key) => record,
+            Some(record) if key.is_none_or(|key| record.key.matches(key)) => record,
             _ => return Err(Error::LeaseNotFound),
         };
         if !record.open {

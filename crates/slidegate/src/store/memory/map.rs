@@ -2,13 +2,14 @@
 //! the rules those slots refer to, behind one lock.
 //!
 //! A table entry is the key and its [`Slot`] aligned to a cache line: with
-//! a key of up to 24 bytes (a `u64`, a `String`), a decision reads the
-//! table's control bytes and one line, the one its key is compared in.
+//! a key of up to 24 bytes (a `u64`, a `String`, a `CompactString`), a
+//! decision reads the table's control bytes and one line, the one its key
+//! is compared in (and, for a string key, its text: inline in that line
+//! for a `CompactString` of up to 24 bytes, on the heap otherwise).
 //! The shard's lock is the slot's lock: a decision holds it from the
 //! lookup to the record, batches take their keys' shards in index order
 //! (so they cannot deadlock), and a sweep takes one shard at a time.
 
-use std::borrow::Borrow;
 use std::hash::{BuildHasher, Hash};
 
 use hashbrown::HashTable;
@@ -16,6 +17,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use super::rules::RuleTable;
 use super::slot::Slot;
+use super::stored_key::StoredKey;
 
 type Hasher = foldhash::fast::RandomState;
 
@@ -95,10 +97,10 @@ impl<K: Hash + Eq> Map<K> {
         key: &Q,
     ) -> Option<&'s mut Entry<K>>
     where
-        K: Borrow<Q>,
-        Q: Eq + ?Sized,
+        K: StoredKey<Q>,
+        Q: ?Sized,
     {
-        table.find_mut(hash, |e| e.key.borrow() == key)
+        table.find_mut(hash, |e| e.key.matches(key))
     }
 
     /// Inserts a key the table does not hold.

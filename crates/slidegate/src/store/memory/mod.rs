@@ -6,7 +6,9 @@
 //!   shards never wait for each other. Batches over several keys lock
 //!   their shards in index order.
 //! - **One cache line per key**: the key and its slot fill 64 bytes (for
-//!   keys of up to 24 bytes, a `String` or a `u64`). The slot refers to
+//!   keys of up to 24 bytes, a `u64` or a [`CompactString`], whose text
+//!   of up to 24 bytes is inline there too: the default key type, see
+//!   [`StoredKey`]). The slot refers to
 //!   its rule by an index into the shard's rule table, and keeps a sliding
 //!   log's first entries inline, their times as deltas at the width the
 //!   window needs; longer logs move their entries to a ring and keep their
@@ -37,7 +39,9 @@
 pub use builder::{
     DEFAULT_MAX_BYTES, DEFAULT_MAX_RULES_PER_KEY, MAX_RULES_PER_KEY, MemoryStoreBuilder,
 };
+pub use compact_str::CompactString;
 pub use store::{MemoryStats, MemoryStore};
+pub use stored_key::StoredKey;
 
 mod batch;
 mod bounds;
@@ -53,6 +57,7 @@ mod rules;
 mod slot;
 mod states;
 mod store;
+mod stored_key;
 mod sweep;
 #[cfg(test)]
 mod tests;

@@ -82,10 +82,12 @@ const _: () = assert!(
 
 /// The bytes a key costs besides its states' heap: its map entry (the key,
 /// the slot, padded to a cache line, and the hash table's control byte)
-/// and the key's own bytes (`size_of_val` of the key as given: the text of
-/// a string key). Saturates at `u32::MAX`, and is counted as saturated.
-pub(crate) fn key_bytes<E, Q: ?Sized>(key: &Q) -> u32 {
-    let bytes = size_of::<E>() + 1 + std::mem::size_of_val(key);
+/// and the bytes the key holds of its own (`held`, its
+/// [`StoredKey::held_bytes`](super::StoredKey::held_bytes): the heap text
+/// of a string key, none for one inline). Saturates at `u32::MAX`, and is
+/// counted as saturated.
+pub(crate) fn key_bytes<E>(held: usize) -> u32 {
+    let bytes = (size_of::<E>() + 1).saturating_add(held);
     u32::try_from(bytes).unwrap_or(u32::MAX)
 }
 

@@ -1,10 +1,11 @@
 //! The memory store's handle: its own API (any key type), the [`Store`]
-//! trait for `String` keys, and the counts of what it holds.
+//! trait for string keys, and the counts of what it holds.
 
-use std::borrow::Borrow;
 use std::hash::Hash;
 use std::sync::Arc;
 use std::time::Duration;
+
+use compact_str::CompactString;
 
 use super::batch::{Locked, LockedHit, decide_all};
 use super::bounds::Bounds;
@@ -12,6 +13,7 @@ use super::inner::{BatchKeys, Inner};
 use super::map::{Map, Shard};
 use super::reserve::{Reserved, reserve_all};
 use super::slot::Slot;
+use super::stored_key::StoredKey;
 use crate::algorithm::options::blocked;
 use crate::clock::{Clock, MonotonicClock};
 use crate::decision::Decision;
@@ -26,8 +28,12 @@ use crate::store::reserve::{BatchReservation, Reservation, wait_micros};
 
 /// The in-process store. Cheap to clone: clones share the same state.
 ///
-/// Generic over the key type (`String` by default, any `Hash + Eq` type
-/// such as `u64` or `IpAddr`) and the clock.
+/// Generic over the key type and the clock. The default key type,
+/// [`CompactString`], keeps string keys of up to 24 bytes inline in the
+/// map's entry (longer ones on the heap, as a `String` does), and is looked
+/// up by `&str` or `&String`; any `Clone + Hash + Eq` type (`u64`,
+/// `IpAddr`, …) is looked up by itself, and other pairs through
+/// [`StoredKey`]. [`Store`] is implemented for the default key type.
 ///
 /// ```
 /// use slidegate::{MemoryStore, Rule};
@@ -39,7 +45,7 @@ use crate::store::reserve::{BatchReservation, Reservation, wait_micros};
 /// assert_eq!(decision.remaining(), 9);
 /// # Ok::<(), slidegate::Error>(())
 /// ```
-pub struct MemoryStore<K = String, C: Clock = MonotonicClock> {
+pub struct MemoryStore<K = CompactString, C: Clock = MonotonicClock> {
     pub(super) inner: Arc<Inner<K, C>>,
 }
 
@@ -92,8 +98,8 @@ where
     #[inline]
     pub fn acquire<Q>(&self, key: &Q, rules: &[Rule], cost: u64) -> Result<Decision>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         check_cost(rules, cost)?;
         let inner = &*self.inner;
@@ -108,8 +114,8 @@ where
     /// The state of `key` under `rules`, consuming nothing.
     pub fn peek<Q>(&self, key: &Q, rules: &[Rule]) -> Result<Decision>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         self.acquire(key, rules, 0)
     }
@@ -119,8 +125,8 @@ where
     /// `cost` itself.
     pub fn dry_run<Q>(&self, key: &Q, rules: &[Rule], cost: u64) -> Result<Decision>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         check_cost(rules, cost)?;
         let inner = &*self.inner;
@@ -156,8 +162,8 @@ where
     /// report the state as it is). One decision per hit, in order.
     pub fn acquire_batch<Q>(&self, hits: &[Hit<'_, Q>]) -> Result<Vec<Decision>>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         check_batch(hits)?;
         let inner = &*self.inner;
@@ -173,13 +179,13 @@ where
     /// Forgets `key` under every rule. Returns whether it was held.
     pub fn reset<Q>(&self, key: &Q) -> bool
     where
-        K: Borrow<Q>,
+        K: StoredKey<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let inner = &*self.inner;
         let hash = inner.map.hash(key);
         let mut shard = inner.map.lock(inner.map.shard_of(hash));
-        match shard.table.find_entry(hash, |e| e.key.borrow() == key) {
+        match shard.table.find_entry(hash, |e| e.key.matches(key)) {
             Ok(entry) => {
                 let (entry, _) = entry.remove();
                 inner.bounds.remove_keys(1, entry.slot.bytes());
@@ -204,8 +210,8 @@ where
         max_wait: Duration,
     ) -> Result<Reservation>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         check_cost(rules, cost)?;
         check_waits(rules.iter().copied())?;
@@ -224,8 +230,8 @@ where
         max_wait: Duration,
     ) -> Result<BatchReservation>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         check_batch(hits)?;
         check_waits(hits.iter().map(|hit| hit.rule))?;
@@ -235,8 +241,8 @@ where
 
     fn reserve_hits<Q>(&self, hits: &[Hit<'_, Q>], max_wait: Duration) -> Result<Reserved>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         let max_wait = wait_micros(max_wait);
         let reserve = |keys: &mut Locked<'_, '_>, locked: &[LockedHit], now, bounds: &Bounds| {
@@ -264,8 +270,8 @@ where
         max_wait: Duration,
     ) -> Result<Decision>
     where
-        K: Borrow<Q>,
-        Q: Hash + Eq + ToOwned<Owned = K> + ?Sized,
+        K: StoredKey<Q>,
+        Q: Hash + Eq + ?Sized,
     {
         Ok(self
             .reserve(key, rules, cost, max_wait)?
@@ -300,7 +306,7 @@ where
     /// when there is no state). For tests and diagnostics.
     pub fn admissions<Q>(&self, key: &Q, rule: Rule) -> Option<Vec<(u64, u64)>>
     where
-        K: Borrow<Q>,
+        K: StoredKey<Q>,
         Q: Hash + Eq + ?Sized,
     {
         let inner = &*self.inner;
@@ -331,7 +337,10 @@ where
     }
 }
 
-impl<C: Clock> Store for MemoryStore<String, C> {
+/// For the default key type alone: one implementation lets
+/// `MemoryStore::builder().build()` infer its key type where a [`Store`]
+/// is wanted.
+impl<C: Clock> Store for MemoryStore<CompactString, C> {
     async fn acquire(&self, key: &str, rules: &[Rule], cost: u64) -> Result<Decision> {
         validate_key(key)?;
         MemoryStore::acquire(self, key, rules, cost)

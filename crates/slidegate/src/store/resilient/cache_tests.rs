@@ -3,6 +3,7 @@
 //! the test's manual clock, reached through a "network" that moves the
 //! clock), and resets racing the calls in flight.
 
+use crate::store::memory::CompactString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,7 +24,7 @@ use crate::store::memory::MemoryStore;
 /// call waits for the test's leave after deciding.
 #[derive(Clone)]
 struct Remote {
-    inner: MemoryStore<String, ManualClock>,
+    inner: MemoryStore<CompactString, ManualClock>,
     clock: ManualClock,
     there: Duration,
     back: Duration,

@@ -2,6 +2,7 @@
 //! backend: under the circuit breakers, the bound on calls in flight and
 //! the deadline, with the failure policy's answer when the call fails.
 
+use crate::store::memory::CompactString;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ pub(super) struct Shared<S> {
     /// One breaker per node, for a store that names its nodes (see `gate`).
     pub(super) nodes: Arc<Nodes>,
     pub(super) in_flight: Semaphore,
-    pub(super) local: MemoryStore<String, Arc<dyn Clock>>,
+    pub(super) local: MemoryStore<CompactString, Arc<dyn Clock>>,
     /// Shared with the backend's change feed, which holds it weakly.
     pub(super) deny_cache: Option<Arc<DenyCache>>,
     pub(super) clock: Arc<dyn Clock>,

@@ -1,3 +1,4 @@
+use crate::store::memory::CompactString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,7 +22,7 @@ const SLOW: u8 = 3;
 /// failures (the Redis fault tests use real ones).
 #[derive(Clone)]
 struct Switchable {
-    inner: MemoryStore<String, ManualClock>,
+    inner: MemoryStore<CompactString, ManualClock>,
     mode: Arc<AtomicU8>,
     calls: Arc<AtomicU64>,
     in_flight: Arc<InFlight>,
