@@ -152,3 +152,42 @@ async fn acquire_answers_are_the_documented_bytes() {
         )
     );
 }
+
+/// A body whose `Content-Length` is known is read up to its last byte,
+/// also when it comes in two parts: the reader ends on the length, so a
+/// first part must not pass for the whole.
+#[tokio::test]
+async fn a_body_sent_in_two_parts_is_read_whole() {
+    let server = TestServer::start(
+        MemoryStore::builder()
+            .clock(ManualClock::at(1_000_000_000))
+            .build::<String>(),
+    )
+    .await;
+    let body = r#"{"key":"k","limit":2,"window_ms":60000}"#;
+    let (first, rest) = body.split_at(body.len() / 2);
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/acquire HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{first}",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.flush().await.unwrap();
+    // Long enough for the server to read the first part on its own.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    stream.write_all(rest.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(common::DEADLINE, stream.read_to_end(&mut answer))
+        .await
+        .expect("the server did not answer in time")
+        .unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(
+        answer.ends_with(
+            r#"{"allowed":true,"limit":2,"remaining":1,"reset_after_ms":60001,"retry_after_ms":0}"#
+        ),
+        "{answer}"
+    );
+}

@@ -187,6 +187,19 @@ const GRPC_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const GRPC_PARENT: &str = "00f067aa0ba902b7";
 
 async fn http_check(addr: SocketAddr, user: &str, traceparent: &str) -> http::StatusCode {
+    let body = format!(
+        r#"{{"domain":"traced","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
+    );
+    http_post(addr, "/v1/check", body, traceparent).await
+}
+
+/// `body` posted as JSON to `path` with `traceparent`: the answer's status.
+async fn http_post(
+    addr: SocketAddr,
+    path: &str,
+    body: String,
+    traceparent: &str,
+) -> http::StatusCode {
     use http_body_util::{BodyExt, Full};
     use hyper::body::Bytes;
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -195,10 +208,7 @@ async fn http_check(addr: SocketAddr, user: &str, traceparent: &str) -> http::St
             .await
             .unwrap();
     tokio::spawn(connection);
-    let body = format!(
-        r#"{{"domain":"traced","descriptors":[{{"entries":[{{"key":"user","value":"{user}"}}]}}]}}"#
-    );
-    let request = http::Request::post("/v1/check")
+    let request = http::Request::post(path)
         .header("host", addr.to_string())
         .header("content-type", "application/json")
         .header("traceparent", traceparent)
@@ -327,6 +337,39 @@ async fn decisions_and_store_calls_are_exported_as_spans_of_the_callers_trace() 
         .collect();
     assert_eq!(fallback.len(), 1, "{outcomes:?}");
     assert_eq!(fallback[0].attributes["degraded"], "true");
+}
+
+/// `POST /v1/acquire` is traced as a decision of its own: the ad-hoc
+/// rule, in the caller's trace, with its store call as a child.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_is_a_decision_span_with_its_store_call_as_a_child() {
+    let (collector_addr, collector) = start_collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("traced.yaml");
+    std::fs::write(&rules, RULES).unwrap();
+    let server = Server::start(&rules, collector_addr, 10);
+    let body = r#"{"key":"k","limit":5,"window_ms":60000}"#.to_owned();
+    let traceparent = format!("00-{HTTP_TRACE}-{HTTP_PARENT}-01");
+    assert_eq!(
+        http_post(server.http, "/v1/acquire", body, &traceparent).await,
+        http::StatusCode::OK
+    );
+    server.stop();
+    let spans = wait_for_spans(&collector, 3);
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    let decision = spans
+        .iter()
+        .find(|s| s.name == "slidegate.decision")
+        .unwrap_or_else(|| panic!("no decision span: {names:?}"));
+    assert_eq!(decision.trace_id, HTTP_TRACE, "{decision:?}");
+    assert_eq!(decision.attributes["rule"], "adhoc", "{decision:?}");
+    assert_eq!(decision.attributes["outcome"], "allowed", "{decision:?}");
+    let store: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "slidegate.store" && s.parent_span_id == decision.span_id)
+        .collect();
+    assert_eq!(store.len(), 1, "{decision:?}: {names:?}");
+    assert_eq!(store[0].attributes["op"], "acquire");
 }
 
 /// A collector that accepts connections and never answers: it holds each

@@ -70,9 +70,9 @@ pub async fn acquire<S: Store + ?Sized>(
         degraded = tracing::field::Empty,
         fallback = tracing::field::Empty,
     );
-    let result = adhoc::acquire(store, key, rules, cost)
-        .instrument(span.clone())
-        .await;
+    // Boxed: the span and its instrumented future, held inline, would
+    // make the future of every decision larger, traced or not.
+    let result = Box::pin(adhoc::acquire(store, key, rules, cost).instrument(span.clone())).await;
     match &result {
         Ok(answer) => {
             let allowed = answer.decision.allowed();

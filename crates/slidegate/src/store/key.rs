@@ -27,13 +27,21 @@ pub fn validate_key(key: &str) -> Result<()> {
             key.len()
         )));
     }
-    if key.contains(['{', '}']) && hash_tag(key).is_none() {
+    if has_brace(key) && hash_tag(key).is_none() {
         return Err(Error::InvalidKey(format!(
             "{:?} has braces that do not form a hash tag: use {{tag}} with a non-empty tag, or no braces",
             shorten(key)
         )));
     }
     Ok(())
+}
+
+/// Whether `key` has a `{` or a `}`: compared as bytes, since both are
+/// ASCII and no byte of a multi-byte character equals one: cheaper than
+/// a char pattern, which decodes every character (every decision checks
+/// its key).
+fn has_brace(key: &str) -> bool {
+    key.bytes().any(|b| b == b'{' || b == b'}')
 }
 
 /// The Redis Cluster hash tag of a key: the text between the first `{` and
@@ -117,7 +125,8 @@ mod tests {
         assert!(validate_key("login:10.0.0.1").is_ok());
         assert!(validate_key("user:{42}:login").is_ok());
         assert!(validate_key("{a}}{").is_ok());
-        for bad in ["", "a}b", "{}x", "x{y", "}{"] {
+        assert!(validate_key("ключ:{42}:é").is_ok());
+        for bad in ["", "a}b", "{}x", "x{y", "}{", "ключ}", "é{"] {
             assert!(
                 matches!(validate_key(bad), Err(Error::InvalidKey(_))),
                 "{bad:?}"

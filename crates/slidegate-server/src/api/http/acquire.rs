@@ -50,11 +50,15 @@ async fn decide<S: Store>(state: &AppState<S>, body: &[u8]) -> Result<Response, 
     let Some(rules) = state.limiter.rules_for(&request.key, &request.rules) else {
         return Err(no_rules(state));
     };
+    // Leases and waits in boxes of their own: held inline, their futures
+    // (a timer among them) would make every decision's as large, and the
+    // hot route allocates and copies that future whole per request.
     if let Some(time) = request.lease {
-        return super::leases::acquire_lease(state.clone(), &request, &rules, time).await;
+        let lease = super::leases::acquire_lease(state.clone(), &request, &rules, time);
+        return Box::pin(lease).await;
     }
     if !request.max_wait.is_zero() {
-        return acquire_waiting(state, &request, &rules).await;
+        return Box::pin(acquire_waiting(state, &request, &rules)).await;
     }
     let answer = state
         .limiter

@@ -40,11 +40,15 @@ where
     // hyper's body knows its `Content-Length`: its bound is read there,
     // without a second look-up and parse of the header. A body that does
     // not know its length is judged by the header, as before.
-    match request.body().size_hint().upper() {
+    let hint = request.body().size_hint();
+    match hint.upper() {
         Some(length) if length > MAX_BODY_BYTES as u64 => return Err(too_large()),
         Some(_) => {}
         None => check_length(request.headers())?,
     }
+    // A body of a known length is whole once that many bytes came: the
+    // poll that would only learn it has ended is not made.
+    let length = hint.exact();
     check_content_type(request.headers())?;
     let mut body = pin!(Limited::new(request.into_body(), MAX_BODY_BYTES));
     // A small body comes in one frame: kept as it came, not copied
@@ -57,7 +61,13 @@ where
         };
         match (&mut joined, first.take()) {
             (Some(joined), _) => joined.extend_from_slice(&data),
-            (None, None) => first = Some(data),
+            (None, None) => {
+                let whole = length == Some(data.len() as u64);
+                first = Some(data);
+                if whole {
+                    break;
+                }
+            }
             (None, Some(earlier)) => {
                 let mut both = Vec::with_capacity(earlier.len() + data.len());
                 both.extend_from_slice(&earlier);
