@@ -161,7 +161,7 @@ async fn a_body_sent_in_two_parts_is_read_whole() {
     let server = TestServer::start(
         MemoryStore::builder()
             .clock(ManualClock::at(1_000_000_000))
-            .build::<String>(),
+            .build(),
     )
     .await;
     let body = r#"{"key":"k","limit":2,"window_ms":60000}"#;
