@@ -24,13 +24,15 @@ type Router = tonic::transport::server::Router<
 
 /// `routes` within `limits`, as every connection serves them.
 fn router(routes: Routes, limits: &GrpcLimits) -> Router {
-    let streams = limits.max_concurrent_streams;
     // No `max_connection_age` here: each connection's own task sends it
-    // away at that age (tonic's, with a grace, closes without GOAWAY).
+    // away at that age (tonic's, with a grace, closes without GOAWAY). No
+    // concurrency limit per connection: h2 already refuses a stream past
+    // `max_concurrent_streams` (`REFUSED_STREAM`), and counts a stream
+    // until its answer is sent, where tonic's limit took a semaphore
+    // permit per call to bound the same number again.
     tonic::transport::Server::builder()
         .timeout(limits.request_timeout)
-        .max_concurrent_streams(streams)
-        .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
+        .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
