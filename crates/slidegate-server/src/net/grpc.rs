@@ -11,10 +11,7 @@ use tonic::service::Routes;
 
 use super::conn::{Conn, GoAway};
 use super::grpc_calls::TrackRequests;
-use super::limits::{
-    GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES, GrpcLimits,
-    Protocol as ListenerProtocol,
-};
+use super::limits::{GRPC_MAX_HEADER_LIST_BYTES, GrpcLimits, Protocol as ListenerProtocol};
 use super::listen::Acceptor;
 
 /// The gRPC services with the layers of every call.
@@ -23,18 +20,21 @@ type Router = tonic::transport::server::Router<
 >;
 
 /// `routes` within `limits`, as every connection serves them.
+///
+/// Only what a call needs is paid per call. No `max_connection_age`: each
+/// connection's own task sends it away at that age (tonic's, with a grace,
+/// closes without GOAWAY). No concurrency limit per connection: h2 already
+/// refuses a stream past `max_concurrent_streams` (`REFUSED_STREAM`), and
+/// counts a stream until its answer is sent, where tonic's limit took a
+/// semaphore permit per call to bound the same number again. No HTTP/2
+/// keepalive: hyper's locks a mutex and reads the clock on every frame
+/// read and every poll of the connection (1,500 instructions a call);
+/// dead peers are found by the socket's TCP keepalive instead (see
+/// [`Conn`]).
 fn router(routes: Routes, limits: &GrpcLimits) -> Router {
-    // No `max_connection_age` here: each connection's own task sends it
-    // away at that age (tonic's, with a grace, closes without GOAWAY). No
-    // concurrency limit per connection: h2 already refuses a stream past
-    // `max_concurrent_streams` (`REFUSED_STREAM`), and counts a stream
-    // until its answer is sent, where tonic's limit took a semaphore
-    // permit per call to bound the same number again.
     tonic::transport::Server::builder()
         .timeout(limits.request_timeout)
         .max_concurrent_streams(limits.max_concurrent_streams)
-        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
         .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
         .layer(TrackRequests)
         .add_routes(routes)
