@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
 use super::addresses::AddressSlot;
 use super::limits::{ConnectionLimits, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, Protocol};
@@ -496,12 +496,11 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// What tonic attaches to each gRPC request of a [`Conn`]: the usual
-/// [`TcpConnectInfo`] and the connection's [`ConnectionClock`].
+/// What tonic attaches to each gRPC request of a [`Conn`]: the
+/// connection's [`ConnectionClock`]. Nothing else: the peer's address is
+/// not read per call (tonic's `Request::remote_addr` is `None`).
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
-    /// The addresses, as tonic reports them for a plain TCP stream.
-    pub tcp: TcpConnectInfo,
     /// The connection's phase.
     pub clock: Arc<ConnectionClock>,
 }
@@ -511,7 +510,6 @@ impl Connected for Conn {
 
     fn connect_info(&self) -> ConnInfo {
         ConnInfo {
-            tcp: self.stream.connect_info(),
             clock: self.clock(),
         }
     }
