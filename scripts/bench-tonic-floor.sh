@@ -47,7 +47,7 @@ bench_rules "$WORK/bench.yaml"
 
 # measure SERVER CASE: instructions per call, and the counts on stderr.
 measure() {
-  local server=$1 case=$2 grpc out pid json requests dump ir
+  local server=$1 case=$2 grpc out pid json requests errors dump ir
   grpc=$(free_port)
   out="$WORK/callgrind.$server.$case"
   if [ "$server" = bare ]; then
