@@ -419,3 +419,105 @@ async fn a_grpc_connection_is_sent_goaway_at_its_maximum_age() {
         "closed at {age:?} (--grpc-max-connection-age 2s)"
     );
 }
+
+/// An HTTP/2 frame: its 9-byte header (length, type, flags, stream), then
+/// `payload`.
+fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let length = u32::try_from(payload.len())
+        .expect("a short payload")
+        .to_be_bytes();
+    let mut frame = vec![length[1], length[2], length[3], kind, flags];
+    frame.extend_from_slice(&stream.to_be_bytes());
+    frame.extend_from_slice(payload);
+    frame
+}
+
+/// The HPACK block of a gRPC health Check's head, from the static table
+/// and literals only (no dynamic table, no Huffman code).
+fn check_head_block() -> Vec<u8> {
+    // :method POST, :scheme http.
+    let mut block = vec![0x83, 0x86];
+    let mut literal = |name: &[u8], value: &str| {
+        block.extend_from_slice(name);
+        block.push(u8::try_from(value.len()).expect("a short value"));
+        block.extend_from_slice(value.as_bytes());
+    };
+    // Literals without indexing, their names from the static table:
+    // :path (4), :authority (1), content-type (31: 15 + 16).
+    literal(&[0x04], "/grpc.health.v1.Health/Check");
+    literal(&[0x01], "localhost");
+    literal(&[0x0f, 0x10], "application/grpc");
+    // te, a new name.
+    literal(&[0x00, 0x02, b't', b'e'], "trailers");
+    block
+}
+
+/// Reads the next frame's type, flags and stream, skipping its payload.
+async fn next_frame(tcp: &mut tokio::net::TcpStream) -> (u8, u8, u32, Vec<u8>) {
+    use tokio::io::AsyncReadExt;
+    let mut head = [0u8; 9];
+    tcp.read_exact(&mut head).await.expect("a frame");
+    let length = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0; length];
+    tcp.read_exact(&mut payload).await.expect("a payload");
+    (head[3], head[4], stream, payload)
+}
+
+const RST_STREAM: u8 = 0x3;
+const HEADERS: u8 = 0x1;
+const GOAWAY: u8 = 0x7;
+const REFUSED_STREAM: u32 = 0x7;
+
+/// `--grpc-max-concurrent-streams 2`: a client that opens a third call
+/// while two wait for their request messages sees the third refused
+/// (`REFUSED_STREAM`) by HTTP/2 itself, the two still open; the first then
+/// answered once its message comes. A bare HTTP/2 writer, since a real
+/// client holds the third back on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_past_the_concurrent_streams_is_refused() {
+    use tokio::io::AsyncWriteExt;
+    let server = Slidegate::start(&["--grpc-max-concurrent-streams", "2"]);
+    let mut tcp = tokio::net::TcpStream::connect(server.grpc)
+        .await
+        .expect("connects");
+    let mut out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    out.extend(h2_frame(0x4, 0, 0, &[]));
+    let block = check_head_block();
+    for stream in [1, 3, 5] {
+        // END_HEADERS, not END_STREAM: each call waits for its message.
+        out.extend(h2_frame(HEADERS, 0x4, stream, &block));
+    }
+    tcp.write_all(&out).await.expect("sent");
+    let refused = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match next_frame(&mut tcp).await {
+                (RST_STREAM, _, stream, payload) => {
+                    assert_eq!(stream, 5, "a call within the bound was reset");
+                    return u32::from_be_bytes(payload[..4].try_into().expect("a code"));
+                }
+                (GOAWAY, _, _, payload) => panic!("GOAWAY: {payload:02x?}"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the third call was not refused within 5 s");
+    assert_eq!(refused, REFUSED_STREAM);
+    // The first call's message: empty, then END_STREAM.
+    tcp.write_all(&h2_frame(0x0, 0x1, 1, &[0, 0, 0, 0, 0]))
+        .await
+        .expect("sent");
+    tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match next_frame(&mut tcp).await {
+                (HEADERS, _, 1, _) => return,
+                (RST_STREAM, _, stream, _) => panic!("stream {stream} reset"),
+                (GOAWAY, _, _, payload) => panic!("GOAWAY: {payload:02x?}"),
+                _ => {}
+            }
+        }
+    })
+    .await
+    .expect("the first call was not answered within 5 s");
+}

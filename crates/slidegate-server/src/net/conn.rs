@@ -14,10 +14,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
-use tonic::transport::server::{Connected, TcpConnectInfo};
+use tonic::transport::server::Connected;
 
 use super::addresses::AddressSlot;
-use super::limits::{ConnectionLimits, Protocol};
+use super::limits::{ConnectionLimits, GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, Protocol};
 
 /// A time as nanoseconds since the [`ConnectionClock`]'s start: compared
 /// and stored without the division an [`Instant`] costs, and turned into
@@ -344,6 +344,9 @@ impl Conn {
         limits: ConnectionLimits,
         protocol: Protocol,
     ) -> Conn {
+        if protocol == Protocol::Grpc {
+            keep_alive(&stream);
+        }
         let clock = Arc::new(ConnectionClock::new(limits, protocol));
         let armed = clock.io_deadline().map(|(at, _)| at);
         let timer = Box::pin(tokio::time::sleep_until(
@@ -493,12 +496,11 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// What tonic attaches to each gRPC request of a [`Conn`]: the usual
-/// [`TcpConnectInfo`] and the connection's [`ConnectionClock`].
+/// What tonic attaches to each gRPC request of a [`Conn`]: the
+/// connection's [`ConnectionClock`]. Nothing else: the peer's address is
+/// not read per call (tonic's `Request::remote_addr` is `None`).
 #[derive(Clone, Debug)]
 pub struct ConnInfo {
-    /// The addresses, as tonic reports them for a plain TCP stream.
-    pub tcp: TcpConnectInfo,
     /// The connection's phase.
     pub clock: Arc<ConnectionClock>,
 }
@@ -508,9 +510,25 @@ impl Connected for Conn {
 
     fn connect_info(&self) -> ConnInfo {
         ConnInfo {
-            tcp: self.stream.connect_info(),
             clock: self.clock(),
         }
+    }
+}
+
+/// Sets TCP keepalive on a gRPC connection's socket, to find dead peers:
+/// once nothing has come from the peer for [`GRPC_KEEPALIVE_INTERVAL`],
+/// the kernel probes it, and fails the socket when the probe is not
+/// answered within [`GRPC_KEEPALIVE_TIMEOUT`]. The kernel keeps it, where
+/// HTTP/2 PINGs (hyper's keepalive) cost every call a mutex and a clock
+/// read per frame. A socket that refuses it is served without it: its
+/// idle timeout and GOAWAY still close it.
+fn keep_alive(stream: &TcpStream) {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(GRPC_KEEPALIVE_INTERVAL)
+        .with_interval(GRPC_KEEPALIVE_TIMEOUT)
+        .with_retries(1);
+    if let Err(error) = socket2::SockRef::from(stream).set_tcp_keepalive(&keepalive) {
+        tracing::warn!(%error, "cannot set TCP keepalive on a gRPC connection");
     }
 }
 
@@ -533,6 +551,34 @@ mod tests {
 
     fn phase(clock: &ConnectionClock) -> Phase {
         clock.phase()
+    }
+
+    /// A gRPC socket is probed once its peer has been silent for the
+    /// keepalive interval, and fails when the probe goes unanswered for
+    /// the keepalive timeout: one probe, no retry.
+    #[tokio::test]
+    async fn a_grpc_socket_has_tcp_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, peer) = listener.accept().await.unwrap();
+        let permit = Arc::new(tokio::sync::Semaphore::new(1))
+            .acquire_owned()
+            .await
+            .unwrap();
+        let conn = Conn::new(stream, peer, permit, None, limits(), Protocol::Grpc);
+        let socket = socket2::SockRef::from(&conn.stream);
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(
+            socket.tcp_keepalive_time().unwrap(),
+            GRPC_KEEPALIVE_INTERVAL
+        );
+        assert_eq!(
+            socket.tcp_keepalive_interval().unwrap(),
+            GRPC_KEEPALIVE_TIMEOUT
+        );
+        assert_eq!(socket.tcp_keepalive_retries().unwrap(), 1);
     }
 
     #[test]

@@ -9,12 +9,9 @@
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 
-use super::conn::{Conn, GoAway};
+use super::conn::{Conn, ConnectionClock, GoAway};
 use super::grpc_calls::TrackRequests;
-use super::limits::{
-    GRPC_KEEPALIVE_INTERVAL, GRPC_KEEPALIVE_TIMEOUT, GRPC_MAX_HEADER_LIST_BYTES, GrpcLimits,
-    Protocol as ListenerProtocol,
-};
+use super::limits::{GRPC_MAX_HEADER_LIST_BYTES, GrpcLimits, Protocol as ListenerProtocol};
 use super::listen::Acceptor;
 
 /// The gRPC services with the layers of every call.
@@ -23,16 +20,21 @@ type Router = tonic::transport::server::Router<
 >;
 
 /// `routes` within `limits`, as every connection serves them.
+///
+/// Only what a call needs is paid per call. No `max_connection_age`: each
+/// connection's own task sends it away at that age (tonic's, with a grace,
+/// closes without GOAWAY). No concurrency limit per connection: h2 already
+/// refuses a stream past `max_concurrent_streams` (`REFUSED_STREAM`), and
+/// counts a stream until its answer is sent, where tonic's limit took a
+/// semaphore permit per call to bound the same number again. No HTTP/2
+/// keepalive: hyper's locks a mutex and reads the clock on every frame
+/// read and every poll of the connection (1,500 instructions a call);
+/// dead peers are found by the socket's TCP keepalive instead (see
+/// [`Conn`]).
 fn router(routes: Routes, limits: &GrpcLimits) -> Router {
-    let streams = limits.max_concurrent_streams;
-    // No `max_connection_age` here: each connection's own task sends it
-    // away at that age (tonic's, with a grace, closes without GOAWAY).
     tonic::transport::Server::builder()
         .timeout(limits.request_timeout)
-        .max_concurrent_streams(streams)
-        .concurrency_limit_per_connection(usize::try_from(streams).unwrap_or(usize::MAX))
-        .http2_keepalive_interval(Some(GRPC_KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(GRPC_KEEPALIVE_TIMEOUT))
+        .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
         .layer(TrackRequests)
         .add_routes(routes)
@@ -85,29 +87,51 @@ async fn serve_connection(
     router: Router,
     conn: Conn,
     limits: GrpcLimits,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
+    stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    let clock = conn.clock();
     let peer = conn.peer();
-    let go_away = async move {
-        let why = tokio::select! {
-            _ = stopped.wait_for(|stop| *stop) => None,
-            () = clock.closed() => None,
-            () = clock.idle_expired() => Some(GoAway::Idle),
-            () = tokio::time::sleep(limits.max_connection_age) => Some(GoAway::Age),
-        };
-        if let Some(why) = why {
-            clock.going_away(why, limits.request_timeout);
-        }
-    };
+    // Why the connection must go is watched by a task of its own: tonic
+    // polls the shutdown future it is given each time the connection's
+    // task wakes, several times a call, where a one-shot receiver costs a
+    // load. The watcher ends at the latest when the socket goes, which
+    // dropping this future brings too.
+    let (go, go_away) = tokio::sync::oneshot::channel();
+    tokio::spawn(watch_go_away(conn.clock(), limits, stopped, go));
     // The one connection, then nothing: the server runs until `go_away`.
     let incoming = futures_util::StreamExt::chain(
         futures_util::stream::iter([Ok::<_, std::io::Error>(conn)]),
         futures_util::stream::pending(),
     );
+    let go_away = async move {
+        // A dropped sender (the watcher is gone) is a reason to stop too.
+        let _ = go_away.await;
+    };
     if let Err(error) = router.serve_with_incoming_shutdown(incoming, go_away).await {
         tracing::debug!(%peer, %error, "gRPC connection closed");
     }
+}
+
+/// Tells `go` once the connection must go: the server stops, the socket is
+/// gone, it has been idle for the idle timeout or reached its maximum age
+/// (the last two sent GOAWAY: it must then close within the request
+/// timeout).
+async fn watch_go_away(
+    clock: std::sync::Arc<ConnectionClock>,
+    limits: GrpcLimits,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+    go: tokio::sync::oneshot::Sender<()>,
+) {
+    let why = tokio::select! {
+        _ = stopped.wait_for(|stop| *stop) => None,
+        () = clock.closed() => None,
+        () = clock.idle_expired() => Some(GoAway::Idle),
+        () = tokio::time::sleep(limits.max_connection_age) => Some(GoAway::Age),
+    };
+    if let Some(why) = why {
+        clock.going_away(why, limits.request_timeout);
+    }
+    // The server may have ended already (the connection failed).
+    let _ = go.send(());
 }
 
 #[cfg(test)]

@@ -9,8 +9,7 @@ use std::task::{Context, Poll, ready};
 use super::conn::{ConnInfo, RequestGuard};
 
 /// A tower layer that marks each request dispatched and answered on its
-/// connection's [`ConnectionClock`](super::conn::ConnectionClock) (found in the request's [`ConnInfo`]), and
-/// exposes the [`TcpConnectInfo`](tonic::transport::server::TcpConnectInfo) for `tonic::Request::remote_addr`. A
+/// connection's [`ConnectionClock`](super::conn::ConnectionClock) (found in the request's [`ConnInfo`]). A
 /// request is answered once its response body has ended (or was dropped):
 /// a streaming call (the health service's `Watch`) keeps its connection
 /// busy, never idle, while its stream is open.
@@ -34,27 +33,49 @@ pub struct Tracked<S> {
 impl<S, B, ResBody> tower::Service<http::Request<B>> for Tracked<S>
 where
     S: tower::Service<http::Request<B>, Response = http::Response<ResBody>>,
-    S::Future: Send + 'static,
 {
     type Response = http::Response<Tracking<ResBody>>;
     type Error = S::Error;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, S::Error>> + Send>>;
+    type Future = TrackedCall<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
-        let info = request.extensions().get::<ConnInfo>().cloned();
-        let guard = info.map(|info| {
-            request.extensions_mut().insert(info.tcp);
-            info.clock.request_started()
-        });
-        let answer = self.inner.call(request);
-        Box::pin(async move {
-            let answer = answer.await?;
-            Ok(answer.map(|body| Tracking { body, guard }))
-        })
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let guard = request
+            .extensions()
+            .get::<ConnInfo>()
+            .map(|info| info.clock.request_started());
+        TrackedCall {
+            answer: self.inner.call(request),
+            guard,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A call through [`Tracked`]: its answer, whose body then holds the
+    /// request in flight. Unboxed: a call pays no allocation for it.
+    pub struct TrackedCall<F> {
+        #[pin]
+        answer: F,
+        guard: Option<RequestGuard>,
+    }
+}
+
+impl<F, ResBody, E> Future for TrackedCall<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+{
+    type Output = Result<http::Response<Tracking<ResBody>>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        // On an error the guard goes when the call is dropped: answered.
+        let answer = ready!(this.answer.poll(cx))?;
+        let guard = this.guard.take();
+        Poll::Ready(Ok(answer.map(|body| Tracking { body, guard })))
     }
 }
 

@@ -36,11 +36,12 @@ pub const DEFAULT_GRPC_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default of `--grpc-max-connection-age`.
 pub const DEFAULT_GRPC_MAX_CONNECTION_AGE: Duration = Duration::from_secs(30 * 60);
 
-/// How often the gRPC server pings a connection, to find dead peers.
+/// How long a gRPC connection may go without a packet from its peer
+/// before it is probed (TCP keepalive), to find dead peers.
 pub const GRPC_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// How long the gRPC server waits for the answer to a ping before it
-/// closes the connection.
+/// How long a keepalive probe waits for its answer before the connection
+/// is closed.
 pub const GRPC_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The largest header list a gRPC request may carry.
