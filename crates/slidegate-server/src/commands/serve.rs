@@ -339,7 +339,7 @@ pub async fn serve_listeners<S: Store + 'static>(
         .telemetry()
         .spawn_sampler(parts.limiter().config().clone(), Arc::clone(&store));
     let (health, prober) = api::grpc::health_service(store, stopped.clone());
-    let routes = api::grpc::routes(parts.grpc(), health, limits.grpc.max_message_bytes);
+    let (routes, direct) = api::grpc::routes(parts.grpc(), health, limits.grpc.max_message_bytes);
     let grace = limits.shutdown_grace;
     let http = http1::serve_with(
         http_listener,
@@ -377,7 +377,13 @@ pub async fn serve_listeners<S: Store + 'static>(
     let grpc = async {
         // tonic waits for its connections without a bound: past the
         // grace, stop waiting (the process exits, which closes them).
-        let serve = grpc::serve(grpc_listener, routes, limits.grpc, wait(stopped.clone()));
+        let serve = grpc::serve(
+            grpc_listener,
+            routes,
+            direct,
+            limits.grpc,
+            wait(stopped.clone()),
+        );
         tokio::select! {
             result = serve => result,
             () = after_grace(wait(stopped), grace) => {

@@ -11,15 +11,21 @@ use tonic::service::Routes;
 
 use super::conn::{Conn, ConnectionClock, GoAway};
 use super::grpc_calls::TrackRequests;
+use super::grpc_direct::Direct;
 use super::limits::{GRPC_MAX_HEADER_LIST_BYTES, GrpcLimits, Protocol as ListenerProtocol};
 use super::listen::Acceptor;
 
 /// The gRPC services with the layers of every call.
 type Router = tonic::transport::server::Router<
-    tower::layer::util::Stack<TrackRequests, tower::layer::util::Identity>,
+    tower::layer::util::Stack<
+        Direct,
+        tower::layer::util::Stack<TrackRequests, tower::layer::util::Identity>,
+    >,
 >;
 
-/// `routes` within `limits`, as every connection serves them.
+/// `routes` within `limits`, as every connection serves them, the
+/// `direct` method's calls answered ahead of the routes' router (see
+/// [`Direct`]).
 ///
 /// Only what a call needs is paid per call. No `max_connection_age`: each
 /// connection's own task sends it away at that age (tonic's, with a grace,
@@ -31,16 +37,18 @@ type Router = tonic::transport::server::Router<
 /// read and every poll of the connection (1,500 instructions a call);
 /// dead peers are found by the socket's TCP keepalive instead (see
 /// [`Conn`]).
-fn router(routes: Routes, limits: &GrpcLimits) -> Router {
+fn router(routes: Routes, direct: Direct, limits: &GrpcLimits) -> Router {
     tonic::transport::Server::builder()
         .timeout(limits.request_timeout)
         .max_concurrent_streams(limits.max_concurrent_streams)
         .http2_max_header_list_size(GRPC_MAX_HEADER_LIST_BYTES)
         .layer(TrackRequests)
+        .layer(direct)
         .add_routes(routes)
 }
 
-/// Serves `routes` on `listener` within `limits` until `shutdown`
+/// Serves `routes` (and `direct` ahead of them) on `listener` within
+/// `limits` until `shutdown`
 /// completes; then stops accepting, sends every connection GOAWAY, and
 /// returns once they have closed.
 ///
@@ -52,11 +60,12 @@ fn router(routes: Routes, limits: &GrpcLimits) -> Router {
 pub async fn serve(
     listener: TcpListener,
     routes: Routes,
+    direct: Direct,
     limits: GrpcLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let router = router(routes, &limits);
+    let router = router(routes, direct, &limits);
     let acceptor = Acceptor::new(listener, limits.connections, ListenerProtocol::Grpc);
     let mut connections = tokio::task::JoinSet::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -157,7 +166,15 @@ mod tests {
             },
             ListenerProtocol::Grpc,
         );
-        let router = router(Routes::default(), &limits);
+        let direct = Direct::new(
+            "/none",
+            std::sync::Arc::new(|_| {
+                Box::pin(std::future::ready(Ok(http::Response::new(
+                    tonic::body::Body::default(),
+                ))))
+            }),
+        );
+        let router = router(Routes::default(), direct, &limits);
         let (_stop, stopped) = tokio::sync::watch::channel(false);
         let client = tokio::net::TcpStream::connect(addr).await.unwrap();
         let conn = acceptor.accept().await;

@@ -19,7 +19,7 @@ use super::service::RateLimitGrpc;
 use crate::limiter::check::CheckRequest;
 
 /// The path of the one method.
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// `envoy.service.ratelimit.v3.RateLimitService` over gRPC.
 pub struct RateLimitServer<S> {
@@ -66,6 +66,21 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        self.answer(request)
+    }
+}
+
+impl<S: Store + 'static> RateLimitServer<S> {
+    /// The answer to `request`: `ShouldRateLimit`'s, or UNIMPLEMENTED for
+    /// any other path.
+    pub fn answer<B>(
+        &self,
+        request: http::Request<B>,
+    ) -> BoxFuture<http::Response<tonic::body::Body>, Infallible>
+    where
+        B: Body + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static,
+    {
         if request.uri().path() != SHOULD_RATE_LIMIT {
             return Box::pin(std::future::ready(Ok(unimplemented())));
         }
