@@ -74,14 +74,12 @@ where
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         if request.uri().path() == self.direct.path {
-            DirectFuture {
-                direct: Some((self.direct.call)(request)),
-                routed: None,
+            DirectFuture::Direct {
+                answer: (self.direct.call)(request),
             }
         } else {
-            DirectFuture {
-                direct: None,
-                routed: Some(self.inner.call(request)),
+            DirectFuture::Routed {
+                answer: self.inner.call(request),
             }
         }
     }
@@ -89,11 +87,20 @@ where
 
 pin_project_lite::pin_project! {
     /// A call through [`DirectOr`]: answered by the direct service or by
-    /// the router, whichever of the two it holds.
-    pub struct DirectFuture<F> {
-        direct: Option<BoxFuture<http::Response<Body>, Infallible>>,
-        #[pin]
-        routed: Option<F>,
+    /// the router (each variant's `answer`).
+    // pin-project-lite takes no attributes on a variant's fields.
+    #[allow(missing_docs)]
+    #[project = DirectFutureProjection]
+    pub enum DirectFuture<F> {
+        /// Answered by the direct service.
+        Direct {
+            answer: BoxFuture<http::Response<Body>, Infallible>,
+        },
+        /// Answered by the router.
+        Routed {
+            #[pin]
+            answer: F,
+        },
     }
 }
 
@@ -104,12 +111,9 @@ where
     type Output = Result<http::Response<Body>, Infallible>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let this = self.project();
-        match (this.direct, this.routed.as_pin_mut()) {
-            (Some(answer), _) => answer.as_mut().poll(cx),
-            (None, Some(answer)) => answer.poll(cx),
-            // Neither is never built (see `DirectOr::call`).
-            (None, None) => Poll::Pending,
+        match self.project() {
+            DirectFutureProjection::Direct { answer } => answer.as_mut().poll(cx),
+            DirectFutureProjection::Routed { answer } => answer.poll(cx),
         }
     }
 }
