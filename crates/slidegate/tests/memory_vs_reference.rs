@@ -198,6 +198,21 @@ fn held_bytes(len: usize) -> usize {
     if len <= 24 { 0 } else { len.max(32) }
 }
 
+/// A store on `clock`, with no sweeper to move its state between steps.
+fn store_on(clock: &ManualClock) -> MemoryStore<CompactString, ManualClock> {
+    MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build()
+}
+
+/// One xorshift step: the deterministic sequence a test's steps are drawn from.
+fn step_xorshift(x: &mut u64) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+}
+
 /// String keys inline in their entry (0, 23 and 24 bytes) and on the heap
 /// (25 and 1,000 bytes), each beside one differing only in its last byte
 /// (or its length), decide as the reference model does whether looked up
@@ -214,16 +229,11 @@ fn string_keys_inline_and_spilled_decide_like_the_reference_and_are_counted_exac
         let base = "k".repeat(len);
         let keys = [base.clone(), format!("{}x", &base[..len.saturating_sub(1)])];
         let clock = ManualClock::at(1 << 40);
-        let store: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .build();
+        let store = store_on(&clock);
         let mut reference = Reference::default();
         let mut x = 11u64;
         for step in 0..400 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            step_xorshift(&mut x);
             clock.advance(Duration::from_micros(
                 [0, 1, 97_000, 400_000][(x % 4) as usize],
             ));
@@ -265,17 +275,12 @@ fn long_windows_decide_like_the_reference() {
     for text in ["40/5m", "40/1h", "40/1d"] {
         let rule = Rule::parse(text).expect("a valid rule");
         let clock = ManualClock::at(1 << 40);
-        let store: MemoryStore<CompactString, ManualClock> = MemoryStore::builder()
-            .clock(clock.clone())
-            .sweep_interval(None)
-            .build();
+        let store = store_on(&clock);
         let mut reference = Reference::default();
         let window = rule.window_micros();
         let mut x = 7u64;
         for step in 0..1_000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            step_xorshift(&mut x);
             clock.advance(Duration::from_micros(
                 [0, 1, 997, window / 7, window / 3][(x % 5) as usize],
             ));

@@ -80,15 +80,16 @@ impl StoredKey<str> for CompactString {
     }
 }
 
+/// A `&String` is looked up as the `str` it holds.
 impl StoredKey<String> for CompactString {
     #[inline]
     fn from_lookup(key: &String) -> CompactString {
-        CompactString::new(key)
+        <CompactString as StoredKey<str>>::from_lookup(key)
     }
 
     #[inline]
     fn matches(&self, key: &String) -> bool {
-        self.as_str() == key
+        <CompactString as StoredKey<str>>::matches(self, key)
     }
 
     fn held_bytes(key: &String) -> usize {
