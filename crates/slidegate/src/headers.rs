@@ -102,6 +102,7 @@ pub fn default_policy_names(count: usize) -> Vec<String> {
 /// assert_eq!(default_policy_name(1, 3), "p1");
 /// assert_eq!(default_policy_name(20, 21), "p20");
 /// ```
+#[inline]
 pub fn default_policy_name(index: usize, count: usize) -> Cow<'static, str> {
     const NAMES: [&str; 16] = [
         "p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "p13",
@@ -142,26 +143,19 @@ pub fn retry_after(decision: &Decision) -> u64 {
 /// `"p0";q=10;w=1, "p1";q=300;w=60`.
 ///
 /// Names should have passed [`check_policy_name`]; bytes outside printable
-/// ASCII are dropped here rather than producing an invalid field.
-pub fn ratelimit_policy<N: AsRef<str>>(policies: impl IntoIterator<Item = (N, Rule)>) -> String {
-    let policies = policies.into_iter();
-    let mut out = String::with_capacity(ITEM_BYTES * policies.size_hint().0.max(1));
-    for (i, (name, rule)) in policies.enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        push_sf_string(&mut out, name.as_ref());
-        out.push_str(";q=");
-        push_u64(&mut out, rule.limit());
-        out.push_str(";w=");
-        push_u64(&mut out, window_secs(&rule));
-    }
-    out
+/// ASCII are dropped here rather than producing an invalid field. The
+/// pairs are walked twice (their size, then their text), so the string's
+/// capacity is its length.
+pub fn ratelimit_policy<N, I>(policies: I) -> String
+where
+    N: AsRef<str>,
+    I: IntoIterator<Item = (N, Rule)>,
+    I::IntoIter: Clone,
+{
+    write_list(policies.into_iter(), &POLICY, |rule| {
+        (rule.limit(), window_secs(rule))
+    })
 }
-
-/// Room for one list item and its separator: the fields are written on
-/// every response, in one allocation when the names are short.
-const ITEM_BYTES: usize = 32;
 
 /// The `RateLimit` field value for the policy `name` that decided
 /// `decision`: `"p0";r=9;t=1`.
@@ -171,67 +165,191 @@ pub fn ratelimit(name: &str, decision: &Decision) -> String {
 
 /// The `RateLimit` field value for several policies, each with its own
 /// decision, in order: `"p0";r=1;t=1, "p1";r=2;t=60`.
-pub fn ratelimit_list<'a, N: AsRef<str>>(
-    policies: impl IntoIterator<Item = (N, &'a Decision)>,
-) -> String {
-    let policies = policies.into_iter();
-    let mut out = String::with_capacity(ITEM_BYTES * policies.size_hint().0.max(1));
-    for (i, (name, decision)) in policies.enumerate() {
-        if i > 0 {
-            out.push_str(", ");
-        }
-        push_sf_string(&mut out, name.as_ref());
-        out.push_str(";r=");
-        push_state(&mut out, decision);
-    }
-    out
+///
+/// As [`ratelimit_policy`], the string's capacity is its length: an
+/// [`http::HeaderValue`] made from it takes the buffer as it is.
+pub fn ratelimit_list<'a, N, I>(policies: I) -> String
+where
+    N: AsRef<str>,
+    I: IntoIterator<Item = (N, &'a Decision)>,
+    I::IntoIter: Clone,
+{
+    write_list(policies.into_iter(), &STATE, |decision| {
+        (decision.remaining(), reset_secs(decision))
+    })
 }
 
 /// The `"name";r=` that starts a policy's item in the `RateLimit` field,
 /// so a caller that sends the field often can prepare it once.
 #[cfg(feature = "tower")]
 pub(crate) fn ratelimit_item_start(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 5);
+    let mut out = String::with_capacity(sf_string_len(name) + 3);
     push_sf_string(&mut out, name);
     out.push_str(";r=");
     out
 }
 
 /// Appends what follows `;r=` in a policy's item: `9;t=1`.
+#[cfg(feature = "tower")]
 pub(crate) fn push_state(out: &mut String, decision: &Decision) {
     push_u64(out, decision.remaining());
     out.push_str(";t=");
     push_u64(out, reset_secs(decision));
 }
 
-/// Appends `value` in decimal: `write!` costs more than the whole item.
-fn push_u64(out: &mut String, mut value: u64) {
-    let mut digits = [0u8; 20];
-    let mut start = digits.len();
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (value % 10) as u8;
-        value /= 10;
-        if value == 0 {
-            break;
-        }
-    }
-    for &digit in &digits[start..] {
-        out.push(char::from(digit));
-    }
+/// The two parameters of a field's items: `;r=` and `;t=` for
+/// `RateLimit`, `;q=` and `;w=` for `RateLimit-Policy`.
+struct Params {
+    first: &'static str,
+    second: &'static str,
+    /// `"default";` and `first`: an item of the default policy up to its
+    /// first value.
+    default_start: &'static str,
 }
 
-/// Appends `value` as an sf-string: quoted, with `"` and `\` escaped.
+const STATE: Params = Params {
+    first: ";r=",
+    second: ";t=",
+    default_start: "\"default\";r=",
+};
+
+const POLICY: Params = Params {
+    first: ";q=",
+    second: ";w=",
+    default_start: "\"default\";q=",
+};
+
+/// A list of `"name";k0=v0;k1=v1` items, one per entry, separated by
+/// `", "`, in one allocation of exactly its size. `params` are the two
+/// parameters' `;k=`, `values` their values for an entry.
+///
+/// The usual list, the single rule named [`DEFAULT_POLICY_NAME`], is
+/// written from a static start and inlined into the caller: it is on
+/// every answer of a one-rule limiter.
+#[inline]
+fn write_list<N: AsRef<str>, T>(
+    entries: impl Iterator<Item = (N, T)> + Clone,
+    params: &Params,
+    values: impl Fn(&T) -> (u64, u64),
+) -> String {
+    let mut rest = entries.clone();
+    if let (Some((name, entry)), None) = (rest.next(), rest.next())
+        && name.as_ref() == DEFAULT_POLICY_NAME
+    {
+        return write_default_item(params, values(&entry));
+    }
+    write_items(entries, params, values)
+}
+
+/// The default policy's item: its four pieces joined at once.
+#[inline]
+fn write_default_item(params: &Params, (first, second): (u64, u64)) -> String {
+    let (mut first_digits, mut second_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+    [
+        params.default_start,
+        first_digits.format(first),
+        params.second,
+        second_digits.format(second),
+    ]
+    .concat()
+}
+
+/// Any list: the entries are walked twice, their size then their text.
+fn write_items<N: AsRef<str>, T>(
+    entries: impl Iterator<Item = (N, T)> + Clone,
+    params: &Params,
+    values: impl Fn(&T) -> (u64, u64),
+) -> String {
+    let len = entries
+        .clone()
+        .enumerate()
+        .map(|(i, (name, entry))| {
+            let (first, second) = values(&entry);
+            let separator = if i == 0 { 0 } else { SEPARATOR.len() };
+            separator
+                + sf_string_len(name.as_ref())
+                + params.first.len()
+                + decimal_len(first)
+                + params.second.len()
+                + decimal_len(second)
+        })
+        .sum();
+    let mut out = String::with_capacity(len);
+    for (i, (name, entry)) in entries.enumerate() {
+        if i > 0 {
+            out.push_str(SEPARATOR);
+        }
+        let (first, second) = values(&entry);
+        push_sf_string(&mut out, name.as_ref());
+        out.push_str(params.first);
+        push_u64(&mut out, first);
+        out.push_str(params.second);
+        push_u64(&mut out, second);
+    }
+    debug_assert_eq!(out.len(), len, "a list item's size was miscounted");
+    out
+}
+
+const SEPARATOR: &str = ", ";
+
+/// The number of decimal digits of `value`.
+fn decimal_len(value: u64) -> usize {
+    value.checked_ilog10().map_or(1, |log| log as usize + 1)
+}
+
+fn push_u64(out: &mut String, value: u64) {
+    out.push_str(itoa::Buffer::new().format(value));
+}
+
+/// The size of `value` written by [`push_sf_string`].
+fn sf_string_len(value: &str) -> usize {
+    let body: usize = value.bytes().map(sf_string_byte_len).sum();
+    body + 2
+}
+
+/// What one byte of a name becomes in an sf-string: escaped (2 bytes),
+/// kept (1) or dropped (0).
+fn sf_string_byte_len(byte: u8) -> usize {
+    usize::from(SF_STRING_BYTE_LENS[usize::from(byte)])
+}
+
+/// [`sf_string_byte_len`] of every byte: a load where a match costs a
+/// few branches, for a check made on every response.
+const SF_STRING_BYTE_LENS: [u8; 256] = {
+    let mut lens = [0; 256];
+    let mut byte = b' ';
+    while byte <= b'~' {
+        lens[byte as usize] = 1;
+        byte += 1;
+    }
+    lens[b'"' as usize] = 2;
+    lens[b'\\' as usize] = 2;
+    lens
+};
+
+/// Whether `name` goes into an sf-string as it is: printable ASCII with
+/// no `"` or `\\` to escape.
+fn is_plain(name: &str) -> bool {
+    name.bytes().all(|byte| sf_string_byte_len(byte) == 1)
+}
+
+/// Appends `value` as an sf-string: quoted, with `"` and `\` escaped and
+/// bytes outside printable ASCII dropped. A checked name with nothing to
+/// escape, as every default name, is copied whole.
 fn push_sf_string(out: &mut String, value: &str) {
     out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' | '\\' => {
-                out.push('\\');
-                out.push(c);
+    if is_plain(value) {
+        out.push_str(value);
+    } else {
+        for byte in value.bytes() {
+            match sf_string_byte_len(byte) {
+                2 => {
+                    out.push('\\');
+                    out.push(char::from(byte));
+                }
+                1 => out.push(char::from(byte)),
+                _ => {}
             }
-            ' '..='~' => out.push(c),
-            _ => {}
         }
     }
     out.push('"');
@@ -288,9 +406,17 @@ mod tests {
             ratelimit_list([("a", &a), ("b", &b), ("c", &c)]),
             r#""a";r=0;t=1, "b";r=0;t=58, "c";r=18446744073709551614;t=0"#
         );
-        let mut out = ratelimit_item_start("b");
-        push_state(&mut out, &b);
-        assert_eq!(out, ratelimit("b", &b));
+    }
+
+    #[cfg(feature = "tower")]
+    #[test]
+    fn a_prepared_item_start_and_its_state_are_the_item() {
+        let b = Decision::from_parts(false, 3, 0, 58_000_000, 60_000_000);
+        for name in ["b", r#"say "hi""#, "\\"] {
+            let mut out = ratelimit_item_start(name);
+            push_state(&mut out, &b);
+            assert_eq!(out, ratelimit(name, &b));
+        }
     }
 
     #[test]
@@ -300,5 +426,183 @@ mod tests {
         assert_eq!(retry_after(&denied), 60);
         let odd = Decision::from_parts(false, 10, 0, 0, 0);
         assert_eq!(retry_after(&odd), 1);
+    }
+
+    /// The writer before sizes were counted first: the format the exact
+    /// writer is held to, byte for byte.
+    mod previous {
+        use super::*;
+
+        pub fn ratelimit_policy<N: AsRef<str>>(
+            policies: impl IntoIterator<Item = (N, Rule)>,
+        ) -> String {
+            let mut out = String::new();
+            for (i, (name, rule)) in policies.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                push_sf_string(&mut out, name.as_ref());
+                out.push_str(&format!(";q={};w={}", rule.limit(), window_secs(&rule)));
+            }
+            out
+        }
+
+        pub fn ratelimit_list<'a, N: AsRef<str>>(
+            policies: impl IntoIterator<Item = (N, &'a Decision)>,
+        ) -> String {
+            let mut out = String::new();
+            for (i, (name, decision)) in policies.into_iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                push_sf_string(&mut out, name.as_ref());
+                out.push_str(&format!(
+                    ";r={};t={}",
+                    decision.remaining(),
+                    reset_secs(decision)
+                ));
+            }
+            out
+        }
+
+        fn push_sf_string(out: &mut String, value: &str) {
+            out.push('"');
+            for c in value.chars() {
+                match c {
+                    '"' | '\\' => {
+                        out.push('\\');
+                        out.push(c);
+                    }
+                    ' '..='~' => out.push(c),
+                    _ => {}
+                }
+            }
+            out.push('"');
+        }
+    }
+
+    /// Both fields of `policies` as the exact writer and the previous one
+    /// write them: the same bytes, in strings with no unused capacity.
+    fn assert_written_as_before(policies: &[(&str, Rule, Decision)]) {
+        let rules = || policies.iter().map(|(name, rule, _)| (*name, *rule));
+        let states = || policies.iter().map(|(name, _, decision)| (*name, decision));
+        for (now, before) in [
+            (
+                ratelimit_policy(rules()),
+                previous::ratelimit_policy(rules()),
+            ),
+            (ratelimit_list(states()), previous::ratelimit_list(states())),
+        ] {
+            assert_eq!(now, before);
+            assert_eq!(now.capacity(), now.len(), "{now}");
+        }
+    }
+
+    #[test]
+    fn one_rule_is_written_as_before_in_its_exact_size() {
+        for decision in [
+            Decision::from_parts(true, 100, 99, 0, 59_999_001),
+            Decision::from_parts(true, 1, 0, 0, 1),
+            Decision::from_parts(false, 5, 0, 1_500_000, 60_000_000),
+            Decision::from_parts(true, 10, 9, 0, 0),
+            Decision::from_parts(true, u64::MAX, u64::MAX - 1, 0, u64::MAX),
+        ] {
+            assert_written_as_before(&[(DEFAULT_POLICY_NAME, rule("100/1m"), decision)]);
+        }
+        for rate in ["1/1s", "9/250ms", "10/10s", "99999/1h", "100000/1d"] {
+            let decision = Decision::from_parts(true, 1, 0, 0, 999_999);
+            assert_written_as_before(&[(DEFAULT_POLICY_NAME, rule(rate), decision)]);
+        }
+    }
+
+    #[test]
+    fn several_rules_are_written_as_before_in_their_exact_size() {
+        let fine = Decision::from_parts(true, 1000, 500, 0, 3_000_000_000);
+        let denied = Decision::from_parts(false, 10, 0, 400_000, 900_000);
+        assert_written_as_before(&[("p0", rule("1000/1h"), fine), ("p1", rule("10/s"), denied)]);
+        let names = default_policy_names(17);
+        let many: Vec<(&str, Rule, Decision)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| {
+                let i = i as u64;
+                let decision = Decision::from_parts(
+                    i.is_multiple_of(2),
+                    10 + i,
+                    i,
+                    i * 999_999,
+                    i * 10_u64.pow(i as u32 % 12),
+                );
+                (name.as_str(), rule("10/s"), decision)
+            })
+            .collect();
+        assert_written_as_before(&many);
+    }
+
+    #[test]
+    fn names_that_need_escaping_are_written_as_before_in_their_exact_size() {
+        let decision = Decision::from_parts(true, 7, 6, 0, 1_000_000);
+        for name in [
+            r#"a"b\c"#,
+            r#"""#,
+            "\\",
+            "say \"hi\" \\o/",
+            "é",
+            "tab\there",
+            "minüte\"",
+            "",
+            " ~",
+        ] {
+            assert_written_as_before(&[(name, rule("7/s"), decision)]);
+            assert_written_as_before(&[
+                ("p0", rule("7/s"), decision),
+                (name, rule("1/m"), decision),
+            ]);
+        }
+        assert_eq!(ratelimit(r#"a"b"#, &decision), r#""a\"b";r=6;t=1"#);
+    }
+
+    #[test]
+    fn degraded_answers_are_written_as_before_in_their_exact_size() {
+        // A failure policy's answers: fail-open with the whole limit left,
+        // fail-closed with the longest wait there is.
+        let open = Decision::from_parts(true, 100, 100, 0, 0).into_degraded();
+        let closed = Decision::from_parts(false, u64::MAX, 0, u64::MAX, u64::MAX).into_degraded();
+        assert_written_as_before(&[(DEFAULT_POLICY_NAME, rule("100/1m"), open)]);
+        assert_written_as_before(&[(DEFAULT_POLICY_NAME, rule("100/1m"), closed)]);
+        assert_written_as_before(&[("p0", rule("100/1m"), open), ("p1", rule("5/s"), closed)]);
+        assert_eq!(ratelimit("p1", &closed), r#""p1";r=0;t=18446744073710"#);
+    }
+
+    #[test]
+    fn zero_remaining_is_written_as_before_in_its_exact_size() {
+        for decision in [
+            Decision::from_parts(false, 3, 0, 1, 9_000_000),
+            Decision::from_parts(true, 1, 0, 0, 0),
+            Decision::from_parts(false, 10, 0, 0, 0),
+        ] {
+            assert_written_as_before(&[(DEFAULT_POLICY_NAME, rule("3/s"), decision)]);
+            assert_written_as_before(&[
+                ("p0", rule("3/s"), decision),
+                ("p1", rule("3/s"), decision),
+            ]);
+        }
+        assert_eq!(
+            ratelimit("default", &Decision::from_parts(false, 3, 0, 1, 9_000_000)),
+            r#""default";r=0;t=1"#
+        );
+    }
+
+    #[test]
+    fn decimal_lengths_match_the_digits_written() {
+        let mut value = 1_u64;
+        for digits in 1..=19 {
+            for v in [value - 1, value, value * 9, value * 10 - 1] {
+                assert_eq!(decimal_len(v), v.to_string().len(), "{v}");
+            }
+            assert_eq!(decimal_len(value), digits);
+            value *= 10;
+        }
+        assert_eq!(decimal_len(u64::MAX), 20);
     }
 }

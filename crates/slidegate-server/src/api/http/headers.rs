@@ -16,7 +16,7 @@
 use std::cell::RefCell;
 
 use axum::http::{HeaderMap, HeaderValue};
-use slidegate::{Decision, Rule, headers};
+use slidegate::{Rule, headers};
 
 use crate::limiter::AdhocDecision;
 
@@ -34,15 +34,13 @@ pub fn insert(fields: &mut HeaderMap, answer: &AdhocDecision, with_retry_after: 
                 .map(|(index, (rule, _))| (name(index), *rule)),
         )),
     };
-    let state = match answer.rules.as_slice() {
-        [(_, decision)] => single_state(decision),
-        rules => headers::ratelimit_list(
-            rules
-                .iter()
-                .enumerate()
-                .map(|(index, (_, decision))| (name(index), decision)),
-        ),
-    };
+    let state = headers::ratelimit_list(
+        answer
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(index, (_, decision))| (name(index), decision)),
+    );
     fields.insert(headers::RATELIMIT_POLICY, policy);
     fields.insert(headers::RATELIMIT, value(state));
     if with_retry_after {
@@ -93,21 +91,6 @@ fn single_policy(rule: Rule) -> HeaderValue {
     })
 }
 
-/// The `RateLimit` value of a request with one rule,
-/// `"default";r=99;t=60`, as the library's list writes it, in a string
-/// whose capacity is its length: the header value takes the buffer as it
-/// is instead of allocating a shared header for the unused rest.
-fn single_state(decision: &Decision) -> String {
-    let (mut remaining, mut reset) = (itoa::Buffer::new(), itoa::Buffer::new());
-    [
-        "\"default\";r=",
-        remaining.format(decision.remaining()),
-        ";t=",
-        reset.format(headers::reset_secs(decision)),
-    ]
-    .concat()
-}
-
 fn value(text: String) -> HeaderValue {
     // Built only from ASCII digits, names and punctuation.
     HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
@@ -116,6 +99,7 @@ fn value(text: String) -> HeaderValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use slidegate::Decision;
 
     fn answer(rules: &[(&str, Decision)]) -> AdhocDecision {
         let rules: Vec<(Rule, Decision)> = rules
@@ -160,21 +144,6 @@ mod tests {
         );
         assert_eq!(header(&fields, "ratelimit"), r#""default";r=99;t=60"#);
         assert!(fields.get("retry-after").is_none());
-    }
-
-    #[test]
-    fn one_rules_state_is_written_as_the_librarys_list_writes_it() {
-        for decision in [
-            Decision::from_parts(true, 100, 99, 0, 59_999_001),
-            Decision::from_parts(true, 1, 0, 0, 1),
-            Decision::from_parts(false, 5, 0, 1_500_000, 60_000_000),
-            Decision::from_parts(false, 3, 0, 1_000_001, 1_500_000),
-            Decision::from_parts(true, u64::MAX, u64::MAX - 1, 0, u64::MAX),
-            Decision::from_parts(false, u64::MAX, 0, u64::MAX, u64::MAX).into_degraded(),
-        ] {
-            let expected = headers::ratelimit_list([("default", &decision)]);
-            assert_eq!(single_state(&decision), expected, "{decision:?}");
-        }
     }
 
     #[test]
