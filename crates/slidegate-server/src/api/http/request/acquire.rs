@@ -145,8 +145,8 @@ pub(super) fn parse_acquire_tree(
         ));
     }
     Ok(AcquireRequest {
-        key,
-        rules,
+        key: key.into(),
+        rules: rules.into(),
         cost,
         max_wait,
         lease,

@@ -34,8 +34,8 @@ pub(super) fn parse_acquire(body: &[u8], bounds: &RequestBounds) -> Option<Acqui
     let window_ms = Some(JsonNode::Unsigned(fields.window_ms?));
     let rule: Rule = parse_rule(limit, window_ms, algorithm, bounds).ok()?;
     Some(AcquireRequest {
-        key: fields.key?.to_owned(),
-        rules: vec![rule],
+        key: fields.key?.into(),
+        rules: smallvec::smallvec![rule],
         cost: fields.cost.unwrap_or(1),
         max_wait: std::time::Duration::ZERO,
         lease: None,

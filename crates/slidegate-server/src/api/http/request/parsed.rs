@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use compact_str::CompactString;
 use slidegate::Rule;
+use smallvec::SmallVec;
 
 /// The most rules one request may carry.
 pub const MAX_RULES_PER_REQUEST: usize = 16;
@@ -11,12 +13,14 @@ pub const MAX_RULES_PER_REQUEST: usize = 16;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AcquireRequest {
     /// The key to decide for, as the client wrote it: an ad-hoc key (see
-    /// [`keyspace::adhoc_key`](crate::keys::adhoc_key)), of any length.
-    pub key: String,
+    /// [`keyspace::adhoc_key`](crate::keys::adhoc_key)), of any length;
+    /// held inline up to 24 bytes, as most keys are.
+    pub key: CompactString,
     /// One rule, or several decided all-or-nothing. Empty when the request
     /// names none: the limits set for the key at run time decide it (and
-    /// a key without any is refused).
-    pub rules: Vec<Rule>,
+    /// a key without any is refused). One is held inline: most requests
+    /// carry one.
+    pub rules: SmallVec<[Rule; 1]>,
     /// Units the request consumes; 0 consumes nothing and asks whether one
     /// more would pass (denied on a full window).
     pub cost: u64,

@@ -70,7 +70,7 @@ fn a_single_rule_request_parses_with_defaults() {
     .unwrap();
     assert_eq!(request.key, "login:1");
     assert_eq!(request.cost, 1);
-    assert_eq!(request.rules, vec![Rule::parse("100/1m").unwrap()]);
+    assert_eq!(request.rules[..], [Rule::parse("100/1m").unwrap()]);
     assert_eq!(request.max_wait, Duration::ZERO);
 }
 
@@ -234,6 +234,34 @@ fn the_common_shape_is_read_as_the_full_parser_reads_it() {
             None,
             "{other}"
         );
+    }
+}
+
+#[test]
+fn keys_and_rules_are_read_whole_held_inline_or_not() {
+    // Keys up to 24 bytes and one rule are held inline, longer keys and
+    // more rules on the heap: both readers keep every byte and every rule.
+    let bounds = RequestBounds::default();
+    for len in 0..=64 {
+        let key: String = ('a'..='z').cycle().take(len).collect();
+        let body = format!(r#"{{"key":"{key}","limit":7,"window_ms":1000}}"#);
+        for request in [
+            fast::parse_acquire(body.as_bytes(), &bounds),
+            parse_acquire_tree(body.as_bytes(), &bounds).ok(),
+        ] {
+            let request = request.unwrap_or_else(|| panic!("{body}"));
+            assert_eq!(request.key, key.as_str(), "{len} bytes");
+            assert_eq!(request.rules[..], [Rule::parse("7/1s").unwrap()]);
+        }
+    }
+    for count in 1..=MAX_RULES_PER_REQUEST {
+        let rules: Vec<String> = (1..=count)
+            .map(|limit| format!(r#"{{"limit":{limit},"window_ms":1000}}"#))
+            .collect();
+        let body = format!(r#"{{"key":"k","rules":[{}]}}"#, rules.join(","));
+        let request = parse_acquire(body.as_bytes(), &bounds).unwrap();
+        let limits: Vec<u64> = request.rules.iter().map(Rule::limit).collect();
+        assert_eq!(limits, (1..=count as u64).collect::<Vec<_>>(), "{body}");
     }
 }
 
@@ -461,7 +489,7 @@ fn a_burst_is_read_at_the_top_and_per_rule_and_names_gcra_when_alone() {
         &bounds,
     )
     .unwrap();
-    assert_eq!(one.rules, [Rule::parse("10/1s gcra burst 50").unwrap()]);
+    assert_eq!(one.rules[..], [Rule::parse("10/1s gcra burst 50").unwrap()]);
     let many = parse_acquire(
         br#"{"key":"k","burst":50,"rules":[
             {"limit":10,"window_ms":1000},
@@ -471,7 +499,7 @@ fn a_burst_is_read_at_the_top_and_per_rule_and_names_gcra_when_alone() {
     )
     .unwrap();
     assert_eq!(
-        many.rules,
+        many.rules[..],
         [
             Rule::parse("10/1s burst 50").unwrap(),
             Rule::parse("5/1s burst 2").unwrap(),
