@@ -189,6 +189,12 @@ pub(crate) fn ratelimit_item_start(name: &str) -> String {
     out
 }
 
+/// The size of what [`push_state`] appends for `decision`.
+#[cfg(feature = "tower")]
+pub(crate) fn state_len(decision: &Decision) -> usize {
+    decimal_len(decision.remaining()) + STATE.second.len() + decimal_len(reset_secs(decision))
+}
+
 /// Appends what follows `;r=` in a policy's item: `9;t=1`.
 #[cfg(feature = "tower")]
 pub(crate) fn push_state(out: &mut String, decision: &Decision) {

@@ -11,6 +11,8 @@ use crate::decision::Decision;
 use crate::headers::{self, InvalidPolicyName};
 use crate::rate::Rule;
 
+const SEPARATOR: &str = ", ";
+
 /// The policies of a layer, with what every response about them needs
 /// prepared once: the `RateLimit-Policy` value, and the start of each
 /// policy's `RateLimit` item.
@@ -22,8 +24,6 @@ pub(crate) struct PolicySet {
     policy_header: HeaderValue,
     /// `"name";r=` per policy.
     item_starts: Box<[Box<str>]>,
-    /// Room for a whole `RateLimit` value, so it is written without growing.
-    ratelimit_capacity: usize,
 }
 
 impl PolicySet {
@@ -40,8 +40,6 @@ impl PolicySet {
             .iter()
             .map(|(name, _)| headers::ratelimit_item_start(name).into())
             .collect();
-        // Each item: its start, at most 20 + 4 + 20 digits, and ", ".
-        let ratelimit_capacity = item_starts.iter().map(|s| s.len() + 46).sum();
         let rules: Box<[Rule]> = policies.iter().map(|(_, rule)| *rule).collect();
         Ok(PolicySet {
             min_limit: rules.iter().map(Rule::limit).min().unwrap_or(1),
@@ -49,7 +47,6 @@ impl PolicySet {
             names: policies.into_iter().map(|(name, _)| name.into()).collect(),
             policy_header,
             item_starts,
-            ratelimit_capacity,
         })
     }
 
@@ -80,17 +77,35 @@ impl PolicySet {
 
     /// The `RateLimit` value for one decision per policy, in order.
     pub(crate) fn ratelimit(&self, decisions: &[Decision]) -> HeaderValue {
-        let mut out = String::with_capacity(self.ratelimit_capacity);
-        for (i, (start, decision)) in self.item_starts.iter().zip(decisions).enumerate() {
+        // Printable ASCII by construction: the check cannot fail.
+        HeaderValue::from_maybe_shared(Bytes::from(self.ratelimit_text(decisions)))
+            .unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
+
+    /// The text of [`ratelimit`](Self::ratelimit), in a string of exactly
+    /// its size: `Bytes` takes it over without another allocation.
+    fn ratelimit_text(&self, decisions: &[Decision]) -> String {
+        let items = self.item_starts.iter().zip(decisions);
+        let len = items
+            .clone()
+            .map(|(start, decision)| start.len() + headers::state_len(decision))
+            .sum::<usize>()
+            + SEPARATOR.len()
+                * self
+                    .item_starts
+                    .len()
+                    .min(decisions.len())
+                    .saturating_sub(1);
+        let mut out = String::with_capacity(len);
+        for (i, (start, decision)) in items.enumerate() {
             if i > 0 {
-                out.push_str(", ");
+                out.push_str(SEPARATOR);
             }
             out.push_str(start);
             headers::push_state(&mut out, decision);
         }
-        // Printable ASCII by construction: the check cannot fail.
-        HeaderValue::from_maybe_shared(Bytes::from(out))
-            .unwrap_or_else(|_| HeaderValue::from_static(""))
+        debug_assert_eq!(out.len(), len, "a RateLimit item's size was miscounted");
+        out
     }
 
     /// What each policy said, given one decision per policy.
@@ -222,5 +237,22 @@ mod tests {
         let violated: Vec<&str> = policies.violated().map(|p| p.name).collect();
         assert_eq!(violated, ["minute"]);
         assert_eq!(policies.iter().len(), 2);
+    }
+
+    /// The value is the library's list, held in a string of exactly its
+    /// size, whatever the digits' widths.
+    #[test]
+    fn the_ratelimit_text_is_written_at_its_exact_size() {
+        let set = set();
+        for (remaining, micros) in [(0, 0), (9, 999_999), (10, 1_000_001), (u64::MAX, u64::MAX)] {
+            let decisions = [
+                Decision::from_parts(true, 2, remaining, 0, micros),
+                Decision::from_parts(false, 3, 0, micros, micros),
+            ];
+            let text = set.ratelimit_text(&decisions);
+            let names = set.names().iter().map(|name| &**name);
+            assert_eq!(text, headers::ratelimit_list(names.zip(&decisions)));
+            assert_eq!(text.capacity(), text.len(), "{text}");
+        }
     }
 }
