@@ -150,6 +150,61 @@ mod tests {
     use super::*;
     use crate::net::limits::ConnectionLimits;
 
+    /// The `grpc-status` of a call to a method that never answers, sent
+    /// with `grpc_timeout` (if any) to a connection served within
+    /// `limits`, and how long it took to be answered.
+    async fn never_answered(limits: GrpcLimits, grpc_timeout: Option<&str>) -> (String, Duration) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = Acceptor::new(listener, limits.connections, ListenerProtocol::Grpc);
+        let direct = Direct::new(
+            "/pkg.Service/Never",
+            std::sync::Arc::new(|_| Box::pin(std::future::pending())),
+        );
+        let router = router(Routes::default(), direct, &limits);
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let conn = acceptor.accept().await;
+        tokio::spawn(serve_connection(router, conn, limits, stopped));
+        let (client, connection) = h2::client::handshake(tcp).await.unwrap();
+        tokio::spawn(connection);
+        let mut client = client.ready().await.unwrap();
+        let mut call = http::Request::post(format!("http://{addr}/pkg.Service/Never"))
+            .header("content-type", "application/grpc")
+            .header("te", "trailers");
+        if let Some(timeout) = grpc_timeout {
+            call = call.header("grpc-timeout", timeout);
+        }
+        let start = std::time::Instant::now();
+        let (answer, _body) = client.send_request(call.body(()).unwrap(), true).unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(20), answer)
+            .await
+            .expect("the call is never answered")
+            .unwrap();
+        let status = answer.headers()["grpc-status"].to_str().unwrap().to_owned();
+        (status, start.elapsed())
+    }
+
+    /// A call that waits is answered CANCELLED at the request timeout, or
+    /// at the client's `grpc-timeout` when that is shorter.
+    #[tokio::test]
+    async fn a_waiting_call_ends_at_its_deadline() {
+        let cancelled = (tonic::Code::Cancelled as i32).to_string();
+        let deadline = Duration::from_millis(300);
+        // Generous above: the property is the end, not its promptness.
+        let late = deadline + Duration::from_secs(5);
+        let server_timeout = GrpcLimits {
+            request_timeout: deadline,
+            ..GrpcLimits::default()
+        };
+        let (status, took) = never_answered(server_timeout, None).await;
+        assert_eq!(status, cancelled);
+        assert!(took >= deadline && took < late, "ended after {took:?}");
+        let (status, took) = never_answered(GrpcLimits::default(), Some("300m")).await;
+        assert_eq!(status, cancelled);
+        assert!(took >= deadline && took < late, "ended after {took:?}");
+    }
+
     /// A connection that goes before its first call (a port scan, a client
     /// that gives up) ends its task at once, not at its maximum age: the
     /// task of each such connection would otherwise stay 30 minutes.

@@ -1,11 +1,12 @@
-//! One gRPC method served ahead of tonic's router: its calls go straight
-//! to its service, where tonic's [`Routes`](tonic::service::Routes) (an
+//! A few gRPC methods served ahead of tonic's router: their calls go
+//! straight to their service, where tonic's [`Routes`](tonic::service::Routes) (an
 //! axum router) would match the path in its tree, insert the path's
 //! parameters, the matched route and the original URI into the request's
 //! extensions, clone a boxed route and poll the call through three more
-//! futures: about 4,600 instructions of a `ShouldRateLimit` call. Every
-//! other path goes through the router as before, at the price of one
-//! comparison of the path (about 200 instructions of a health `Check`).
+//! futures: about 4,600 instructions of a `ShouldRateLimit` call or a
+//! health `Check`. Every other path (the health service's `Watch`) goes
+//! through the router as before, at the price of a comparison of the path
+//! with each direct one.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -20,25 +21,34 @@ use tonic::codegen::BoxFuture;
 pub type DirectCall =
     Arc<dyn Fn(http::Request<Body>) -> BoxFuture<http::Response<Body>, Infallible> + Send + Sync>;
 
-/// A tower layer that answers the calls to one path with its own service
-/// and hands every other request to the service it wraps.
+/// A tower layer that answers the calls to each of its paths with that
+/// path's service and hands every other request to the service it wraps.
 #[derive(Clone)]
 pub struct Direct {
-    path: &'static str,
-    call: DirectCall,
+    /// Compared in order: the busiest path first.
+    methods: Arc<[(&'static str, DirectCall)]>,
 }
 
 impl Direct {
     /// Calls to `path` (the whole `/package.Service/Method`) answered by
     /// `call`.
     pub fn new(path: &'static str, call: DirectCall) -> Self {
-        Direct { path, call }
+        Direct {
+            methods: Arc::new([(path, call)]),
+        }
+    }
+
+    /// Calls to `path` answered by `call` too, after the paths before it.
+    pub fn with(self, path: &'static str, call: DirectCall) -> Self {
+        let methods = self.methods.iter().cloned().chain([(path, call)]).collect();
+        Direct { methods }
     }
 }
 
 impl std::fmt::Debug for Direct {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Direct").field("path", &self.path).finish()
+        let paths: Vec<&str> = self.methods.iter().map(|(path, _)| *path).collect();
+        f.debug_struct("Direct").field("paths", &paths).finish()
     }
 }
 
@@ -73,14 +83,19 @@ where
     }
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
-        if request.uri().path() == self.direct.path {
-            DirectFuture::Direct {
-                answer: (self.direct.call)(request),
-            }
-        } else {
-            DirectFuture::Routed {
+        let path = request.uri().path();
+        match self
+            .direct
+            .methods
+            .iter()
+            .find(|(direct, _)| *direct == path)
+        {
+            Some((_, call)) => DirectFuture::Direct {
+                answer: call(request),
+            },
+            None => DirectFuture::Routed {
                 answer: self.inner.call(request),
-            }
+            },
         }
     }
 }
@@ -137,6 +152,10 @@ mod tests {
         let direct = Direct::new(
             "/pkg.Service/Method",
             Arc::new(|_| Box::pin(std::future::ready(Ok(marked("direct"))))),
+        )
+        .with(
+            "/pkg.Other/Check",
+            Arc::new(|_| Box::pin(std::future::ready(Ok(marked("second"))))),
         );
         let router = tower::service_fn(|_: http::Request<Body>| {
             std::future::ready(Ok::<_, Infallible>(marked("router")))
@@ -149,11 +168,13 @@ mod tests {
         response.headers()["by"].to_str().unwrap().to_owned()
     }
 
-    /// The one path goes to its own service, every other one (another
+    /// Each direct path goes to its own service, every other one (another
     /// method of the same service too) to the router.
     #[tokio::test]
-    async fn only_the_direct_path_skips_the_router() {
+    async fn only_the_direct_paths_skip_the_router() {
         assert_eq!(answered_by("/pkg.Service/Method").await, "direct");
+        assert_eq!(answered_by("/pkg.Other/Check").await, "second");
+        assert_eq!(answered_by("/pkg.Other/Watch").await, "router");
         assert_eq!(answered_by("/pkg.Service/Other").await, "router");
         assert_eq!(answered_by("/pkg.Service/Method/more").await, "router");
         assert_eq!(answered_by("/grpc.health.v1.Health/Check").await, "router");

@@ -16,13 +16,16 @@
 //! descriptor with too many entries, then the first invalid descriptor.
 //!
 //! Strings are copied out of the message, one `String` each (the check
-//! owns its domain, keys and values).
+//! owns its domain, keys and values), into the buffers of a check answered
+//! before on the same thread when one was handed back (see [`reuse`]):
+//! then reading the usual check allocates nothing.
 
 use prost::encoding::{
     DecodeContext, WireType, check_wire_type, decode_key, decode_varint, skip_field,
 };
 
 use super::request::{DescriptorParts, InvalidCheck, descriptor};
+use super::reuse;
 use crate::bounds::{OutOfBounds, RequestBounds};
 use crate::limiter::check::CheckRequest;
 
@@ -90,7 +93,9 @@ pub fn decode_check(mut message: &[u8], bounds: &RequestBounds) -> Result<CheckR
     let buf = &mut message;
     let mut domain = "";
     let mut hits_addend = 0_u32;
-    let mut descriptors = Vec::new();
+    // Its descriptors are overwritten in place, then cut to those kept.
+    let mut check = reuse::take();
+    let mut kept = 0;
     let mut tally = Tally::default();
     while !buf.is_empty() {
         let (tag, wire_type) = decode_key(buf).map_err(Malformed::from)?;
@@ -108,12 +113,22 @@ pub fn decode_check(mut message: &[u8], bounds: &RequestBounds) -> Result<CheckR
                 } else {
                     0
                 };
-                let (parts, entries) = read_descriptor(fields, room)?;
+                let spare = match check.descriptors.get_mut(kept) {
+                    Some(old) => std::mem::take(&mut old.entries),
+                    None => Vec::new(),
+                };
+                let (parts, entries) = read_descriptor(fields, room, spare)?;
                 if entries > bounds.max_descriptor_entries {
                     tally.first_wide.get_or_insert(index);
                 } else if keep {
                     match descriptor(index, parts) {
-                        Ok(descriptor) => descriptors.push(descriptor),
+                        Ok(descriptor) => {
+                            match check.descriptors.get_mut(kept) {
+                                Some(old) => *old = descriptor,
+                                None => check.descriptors.push(descriptor),
+                            }
+                            kept += 1;
+                        }
                         Err(invalid) => tally.first_invalid = Some(invalid),
                     }
                 }
@@ -124,11 +139,11 @@ pub fn decode_check(mut message: &[u8], bounds: &RequestBounds) -> Result<CheckR
         }
     }
     tally.verdict(bounds)?;
-    Ok(CheckRequest {
-        domain: domain.to_owned(),
-        descriptors,
-        hits_addend: u64::from(hits_addend),
-    })
+    check.descriptors.truncate(kept);
+    check.domain.clear();
+    check.domain.push_str(domain);
+    check.hits_addend = u64::from(hits_addend);
+    Ok(check)
 }
 
 /// What the descriptors read so far say against the request, counted as
@@ -167,9 +182,14 @@ impl Tally {
     }
 }
 
-/// One descriptor's parts, keeping at most `room` entries, and how many
-/// entries it has.
-fn read_descriptor(mut fields: &[u8], room: usize) -> Result<(DescriptorParts, usize), Malformed> {
+/// One descriptor's parts, keeping at most `room` entries (written over
+/// those of `kept`, a descriptor's handed back), and how many entries it
+/// has.
+fn read_descriptor(
+    mut fields: &[u8],
+    room: usize,
+    mut kept: Vec<(String, String)>,
+) -> Result<(DescriptorParts, usize), Malformed> {
     let buf = &mut fields;
     let mut parts = DescriptorParts::default();
     let mut entries = 0;
@@ -180,8 +200,18 @@ fn read_descriptor(mut fields: &[u8], room: usize) -> Result<(DescriptorParts, u
             descriptor_field::ENTRIES => {
                 let (key, value) = entry(delimited(wire_type, buf)?)?;
                 entries += 1;
-                if parts.entries.len() < room {
-                    parts.entries.push((key.to_owned(), value.to_owned()));
+                if entries <= room {
+                    // The entry's strings overwrite those of the check
+                    // handed back, where it had one there.
+                    match kept.get_mut(entries - 1) {
+                        Some((old_key, old_value)) => {
+                            old_key.clear();
+                            old_key.push_str(key);
+                            old_value.clear();
+                            old_value.push_str(value);
+                        }
+                        None => kept.push((key.to_owned(), value.to_owned())),
+                    }
                 }
             }
             descriptor_field::LIMIT => {
@@ -199,6 +229,8 @@ fn read_descriptor(mut fields: &[u8], room: usize) -> Result<(DescriptorParts, u
         }
     }
     parts.limit = limit.map(|(requests_per_unit, unit)| (u64::from(requests_per_unit), unit));
+    kept.truncate(entries.min(room));
+    parts.entries = kept;
     Ok((parts, entries))
 }
 

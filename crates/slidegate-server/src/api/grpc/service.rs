@@ -8,6 +8,7 @@ use tonic::{Request, Response, Status};
 use super::codec::EncodedAnswer;
 use crate::api::envoy::answer::encode_answer;
 use crate::api::envoy::headers::{self, ResponseHeaders};
+use crate::api::envoy::reuse;
 use crate::bounds::RequestBounds;
 use crate::limiter::Limiter;
 use crate::limiter::check::{CheckError, CheckRequest};
@@ -85,6 +86,9 @@ impl<S: Store + 'static> RateLimitGrpc<S> {
         let mut bytes =
             Vec::with_capacity(8 + STATUS_BYTES * response.statuses.len() + header_bytes);
         encode_answer(&response, &fields, &mut bytes);
+        drop(fields);
+        // Its buffers are the next check's on this thread.
+        reuse::give(request);
         let mut answer = Response::new(EncodedAnswer::new(bytes));
         if response.degraded {
             answer

@@ -34,9 +34,14 @@ fn prosts(bytes: &[u8], bounds: &RequestBounds) -> Outcome {
     }
 }
 
+/// Each check read is handed back (its copy kept), so that the next one
+/// read on the thread, of whatever shape, is written over its buffers.
 fn ours(bytes: &[u8], bounds: &RequestBounds) -> Outcome {
     match decode_check(bytes, bounds) {
-        Ok(check) => Outcome::Check(check),
+        Ok(check) => {
+            reuse::give(check.clone());
+            Outcome::Check(check)
+        }
         Err(Refused::Malformed(_)) => Outcome::Malformed,
         Err(Refused::Invalid(invalid)) => Outcome::Invalid(invalid),
     }
