@@ -23,7 +23,7 @@
 -- common call (one sliding-log hit) runs inline before any function is
 -- created, and command arguments are string literals where they can be.
 
-local bunpack, bpack, format, slice = struct.unpack, struct.pack, string.format, string.sub
+local bunpack, bpack, format = struct.unpack, struct.pack, string.format
 
 -- For one hit (with several, the last four are the first hit's key index,
 -- code, limit and window, and unused).

@@ -177,13 +177,12 @@ else
       s, e, exp, fmt, ow, tw = bunpack('<dddc5BB', raw, size - 30)
     end
     local rec, rawstart = ow + tw, e - (size - 72)
-    -- The write's formats: the record's, then the header's up to exp, or
-    -- up to e when exp stays (the rest is copied from raw, see below).
-    local formats = memo and memo[fmt]
-    if not formats then
-      formats = { fmt .. 'Bdddddddd', fmt .. 'Bddddddd' }
+    -- The write's format: the record's, then the header's.
+    local full = memo and memo[fmt]
+    if not full then
+      full = fmt .. 'Bddddddddc5BB'
       if memo then
-        memo[fmt] = formats
+        memo[fmt] = full
       end
     end
     nT = nT + cost
@@ -207,9 +206,8 @@ else
     -- half window. An admission clamped to the newest record (a caller
     -- whose clock is behind the one that wrote it) sets it too: the TTL
     -- that caller set was measured on a clock ahead of this one.
-    local moved
     if exp < deadline then
-      exp, expire, moved = deadline + slack, true, true
+      exp, expire = deadline + slack, true
     elseif t > now then
       expire = true
     end
@@ -228,15 +226,11 @@ else
         end
       end
       expire = true
-      value = kept .. bpack(formats[1], nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp) .. slice(raw, size - 6)
-    elseif moved then
-      offset = pos
-      value = bpack(formats[1], nt, nT, 254, H, o1, T1, nt, nT, s, e, exp) .. slice(raw, size - 6)
+      value = kept .. bpack(full, nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
     else
-      -- Usually: the newest record and the header, in place; the bytes
-      -- that do not change (exp, the format, the widths) copied from raw.
+      -- Usually: the newest record and the header, in place.
       offset = pos
-      value = bpack(formats[2], nt, nT, 254, H, o1, T1, nt, nT, s, e) .. slice(raw, size - 14)
+      value = bpack(full, nt, nT, 254, H, o1, T1, nt, nT, s, e, exp, fmt, ow, tw)
     end
   end
   local ttl
