@@ -47,7 +47,12 @@ for d = 1, n do
     if seen and seen[1] == c and code < REPORT then
       reply = seen[2]
     else
-      unchanged[key] = nil
+      -- Only a key that holds an answer is cleared: in Lua 5.1 storing
+      -- nil under a key the table lacks inserts that key (and grows the
+      -- table), which a call over 80 keys of their own paid per decision.
+      if seen then
+        unchanged[key] = nil
+      end
       -- A sliding-log hit the inline steps leave undecided (nil) is
       -- decided by the general code, as a call of its own would be.
       if code == SLIDING_LOG then

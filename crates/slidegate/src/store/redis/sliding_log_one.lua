@@ -226,7 +226,18 @@ else
         end
       end
       expire = true
-      value = kept .. bpack(full, nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
+      -- The live records go into the pack as its first value ('c0': a
+      -- string of any length), not joined to it with `..`, which would
+      -- make one more string of the whole value. Its format is remembered
+      -- under the write format it extends.
+      local whole = memo and memo[full]
+      if not whole then
+        whole = 'c0' .. full
+        if memo then
+          memo[full] = whole
+        end
+      end
+      value = bpack(whole, kept, nt, nT, 254, H, o1, T1, nt, nT, 0, e - s, exp, fmt, ow, tw)
     else
       -- Usually: the newest record and the header, in place.
       offset = pos
