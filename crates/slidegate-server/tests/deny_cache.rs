@@ -29,7 +29,7 @@ const TOKEN: &str = "deny-cache-test-token";
 /// of another: the trust window of the change feed (docs/RELIABILITY.md).
 const BOUND: Duration = Duration::from_secs(1);
 
-/// A lockout of 10 minutes after the second request (the issue's case),
+/// A lockout of 10 minutes after the second request (the reported case),
 /// and a plain window of 2 per hour.
 const BLOCKED: &str = r#"{"key":"user42","limit":2,"window_ms":60000,"block_ms":600000}"#;
 const HOURLY: &str = r#"{"key":"user42","limit":2,"window_ms":3600000}"#;
@@ -138,7 +138,7 @@ async fn admitted_within_bound(server: SocketAddr, body: &str, since: Instant) -
     }
 }
 
-/// The issue's reproduction: two servers on one Redis; B denies `user42`
+/// The reported reproduction: two servers on one Redis; B denies `user42`
 /// from its deny cache; A resets the key; B must admit again within the
 /// bound (it denied for the rest of the lockout, or of the hour).
 async fn a_reset_on_one_server_reaches_the_other(body: &str) {
@@ -292,7 +292,7 @@ async fn a_denial_holds_while_redis_is_down_and_goes_when_it_returns_empty() {
     }
 }
 
-/// The issue's second reproduction, with a longer stall: 1 per 2 s; one
+/// The second reported reproduction, with a longer stall: 1 per 2 s; one
 /// admitted; Redis stalls 200 ms; a request sent meanwhile is denied by
 /// Redis when it wakes, and the next one by the deny cache. A client that
 /// waits the `retry_after_ms` of that cached denial must be admitted: the

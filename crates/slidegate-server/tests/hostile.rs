@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_slidegate");
 
-/// The issue's rules: 5 per minute per client address, 100 per minute per
+/// The hostile-client review's rules: 5 per minute per client address, 100 per minute per
 /// path; `user` counts each value in the metrics (`detailed_metric`).
 const RULES: &str = "\
 domain: api
@@ -174,7 +174,7 @@ fn json_of(request: &RateLimitRequest) -> Value {
     json!({"domain": request.domain, "descriptors": descriptors, "hitsAddend": 1})
 }
 
-/// The issue's attack 1: an address limited to 5 per minute, with a path
+/// The hostile-client review's attack 1: an address limited to 5 per minute, with a path
 /// value of `path_len` bytes in the same request.
 fn address_and_long_path(address: &str, path_len: usize) -> RateLimitRequest {
     let path = "/a".repeat(path_len / 2);
@@ -315,7 +315,7 @@ async fn entries_beyond_the_cap_are_refused_naming_the_flag() {
     );
 }
 
-/// The issue's attack 2: two requests of 20,000 descriptors each stalled
+/// The hostile-client review's attack 2: two requests of 20,000 descriptors each stalled
 /// `/healthz` for 3.4 s. Now each is refused before any work, and
 /// `/healthz` answers meanwhile. At the default message size (64 KiB) the
 /// transport refuses such a message from its length; with a message size
@@ -363,7 +363,7 @@ async fn twenty_thousand_descriptors_are_refused_while_healthz_answers() {
     );
 }
 
-/// The issue's attack 3: every distinct ad-hoc rule, override, unknown
+/// The hostile-client review's attack 3: every distinct ad-hoc rule, override, unknown
 /// domain and detailed value made series of its own.
 #[tokio::test]
 async fn metric_series_stay_bounded_whatever_clients_send() {
@@ -444,7 +444,7 @@ async fn metric_series_stay_bounded_whatever_clients_send() {
     );
 }
 
-/// The issue's attack 4: `/v1/acquire` took limits up to 10^12 and
+/// The hostile-client review's attack 4: `/v1/acquire` took limits up to 10^12 and
 /// windows up to 10 years.
 #[tokio::test]
 async fn adhoc_limits_and_windows_beyond_the_flags_are_refused_naming_them() {
@@ -476,7 +476,7 @@ async fn adhoc_limits_and_windows_beyond_the_flags_are_refused_naming_them() {
     );
 }
 
-/// The issue's attack 5: five ad-hoc acquisitions on
+/// The hostile-client review's attack 5: five ad-hoc acquisitions on
 /// `api|remote_address=10.2.2.2` made Envoy's next check for that address
 /// OVER_LIMIT.
 async fn adhoc_keys_never_reach_envoy_counters(store: Store) {

@@ -234,7 +234,7 @@ async fn empty_requests_are_client_errors() {
     );
 }
 
-/// The config: a per-IP limit and a per-path limit in one request.
+/// The motivating config: a per-IP limit and a per-path limit in one request.
 fn ip_and_path() -> RateLimitConfig {
     config(
         "domain: api\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: path\n    rate_limit: {unit: minute, requests_per_unit: 100}\n",

@@ -90,7 +90,7 @@ fn resilient(remote: &Remote, clock: &ManualClock) -> ResilientStore<Remote> {
         .build()
 }
 
-/// The case on the memory store: the store decides 50 ms after
+/// The reported case on the memory store: the store decides 50 ms after
 /// the call is sent and answers 30 ms later. The slot of the one admission
 /// frees 2 s after the store decided it; a cached denial says so to the
 /// microsecond (it said 50 ms less), and holds no longer than that.

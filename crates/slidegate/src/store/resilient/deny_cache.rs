@@ -378,7 +378,7 @@ mod tests {
 
     /// The store decided somewhere between the request's sending and its
     /// answer: the denial is held from the first, the wait told from the
-    /// second. The figures: a 50 ms stall made the cache answer 47
+    /// second. The reported figures: a 50 ms stall made the cache answer 47
     /// ms too short a wait.
     #[test]
     fn holds_from_the_sending_and_tells_from_the_answer() {
