@@ -179,30 +179,6 @@ where
     })
 }
 
-/// The `"name";r=` that starts a policy's item in the `RateLimit` field,
-/// so a caller that sends the field often can prepare it once.
-#[cfg(feature = "tower")]
-pub(crate) fn ratelimit_item_start(name: &str) -> String {
-    let mut out = String::with_capacity(sf_string_len(name) + 3);
-    push_sf_string(&mut out, name);
-    out.push_str(";r=");
-    out
-}
-
-/// The size of what [`push_state`] appends for `decision`.
-#[cfg(feature = "tower")]
-pub(crate) fn state_len(decision: &Decision) -> usize {
-    decimal_len(decision.remaining()) + STATE.second.len() + decimal_len(reset_secs(decision))
-}
-
-/// Appends what follows `;r=` in a policy's item: `9;t=1`.
-#[cfg(feature = "tower")]
-pub(crate) fn push_state(out: &mut String, decision: &Decision) {
-    push_u64(out, decision.remaining());
-    out.push_str(";t=");
-    push_u64(out, reset_secs(decision));
-}
-
 /// The two parameters of a field's items: `;r=` and `;t=` for
 /// `RateLimit`, `;q=` and `;w=` for `RateLimit-Policy`.
 struct Params {
@@ -414,17 +390,6 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "tower")]
-    #[test]
-    fn a_prepared_item_start_and_its_state_are_the_item() {
-        let b = Decision::from_parts(false, 3, 0, 58_000_000, 60_000_000);
-        for name in ["b", r#"say "hi""#, "\\"] {
-            let mut out = ratelimit_item_start(name);
-            push_state(&mut out, &b);
-            assert_eq!(out, ratelimit(name, &b));
-        }
-    }
-
     #[test]
     fn retry_after_is_never_zero_nor_before_t() {
         let denied = Decision::from_parts(false, 10, 0, 59_000_001, 60_000_000);
@@ -437,36 +402,19 @@ mod tests {
     /// The writer before sizes were counted first: the format the exact
     /// writer is held to, byte for byte.
     mod previous {
-        use super::*;
-
-        pub fn ratelimit_policy<N: AsRef<str>>(
-            policies: impl IntoIterator<Item = (N, Rule)>,
+        /// `"name";k0=v0;k1=v1` items joined by `", "`: `RateLimit-Policy`
+        /// with `q` and `w`, `RateLimit` with `r` and `t`.
+        pub fn list<'a>(
+            items: impl IntoIterator<Item = (&'a str, u64, u64)>,
+            (k0, k1): (&str, &str),
         ) -> String {
             let mut out = String::new();
-            for (i, (name, rule)) in policies.into_iter().enumerate() {
+            for (i, (name, v0, v1)) in items.into_iter().enumerate() {
                 if i > 0 {
                     out.push_str(", ");
                 }
-                push_sf_string(&mut out, name.as_ref());
-                out.push_str(&format!(";q={};w={}", rule.limit(), window_secs(&rule)));
-            }
-            out
-        }
-
-        pub fn ratelimit_list<'a, N: AsRef<str>>(
-            policies: impl IntoIterator<Item = (N, &'a Decision)>,
-        ) -> String {
-            let mut out = String::new();
-            for (i, (name, decision)) in policies.into_iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                push_sf_string(&mut out, name.as_ref());
-                out.push_str(&format!(
-                    ";r={};t={}",
-                    decision.remaining(),
-                    reset_secs(decision)
-                ));
+                push_sf_string(&mut out, name);
+                out.push_str(&format!(";{k0}={v0};{k1}={v1}"));
             }
             out
         }
@@ -492,12 +440,21 @@ mod tests {
     fn assert_written_as_before(policies: &[(&str, Rule, Decision)]) {
         let rules = || policies.iter().map(|(name, rule, _)| (*name, *rule));
         let states = || policies.iter().map(|(name, _, decision)| (*name, decision));
+        let quotas = policies
+            .iter()
+            .map(|(name, rule, _)| (*name, rule.limit(), window_secs(rule)));
+        let state_values = policies
+            .iter()
+            .map(|(name, _, decision)| (*name, decision.remaining(), reset_secs(decision)));
         for (now, before) in [
             (
                 ratelimit_policy(rules()),
-                previous::ratelimit_policy(rules()),
+                previous::list(quotas, ("q", "w")),
             ),
-            (ratelimit_list(states()), previous::ratelimit_list(states())),
+            (
+                ratelimit_list(states()),
+                previous::list(state_values, ("r", "t")),
+            ),
         ] {
             assert_eq!(now, before);
             assert_eq!(now.capacity(), now.len(), "{now}");

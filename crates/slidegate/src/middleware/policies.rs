@@ -11,19 +11,14 @@ use crate::decision::Decision;
 use crate::headers::{self, InvalidPolicyName};
 use crate::rate::Rule;
 
-const SEPARATOR: &str = ", ";
-
 /// The policies of a layer, with what every response about them needs
-/// prepared once: the `RateLimit-Policy` value, and the start of each
-/// policy's `RateLimit` item.
+/// prepared once: the `RateLimit-Policy` value.
 pub(crate) struct PolicySet {
     rules: Box<[Rule]>,
     names: Box<[Box<str>]>,
     min_limit: u64,
     /// `RateLimit-Policy`: the same on every response.
     policy_header: HeaderValue,
-    /// `"name";r=` per policy.
-    item_starts: Box<[Box<str>]>,
 }
 
 impl PolicySet {
@@ -36,17 +31,12 @@ impl PolicySet {
             headers::ratelimit_policy(policies.iter().map(|(name, rule)| (name.as_str(), *rule)));
         let policy_header =
             HeaderValue::try_from(policy_header).map_err(|_| InvalidPolicyName(first.clone()))?;
-        let item_starts: Box<[Box<str>]> = policies
-            .iter()
-            .map(|(name, _)| headers::ratelimit_item_start(name).into())
-            .collect();
         let rules: Box<[Rule]> = policies.iter().map(|(_, rule)| *rule).collect();
         Ok(PolicySet {
             min_limit: rules.iter().map(Rule::limit).min().unwrap_or(1),
             rules,
             names: policies.into_iter().map(|(name, _)| name.into()).collect(),
             policy_header,
-            item_starts,
         })
     }
 
@@ -82,30 +72,11 @@ impl PolicySet {
             .unwrap_or_else(|_| HeaderValue::from_static(""))
     }
 
-    /// The text of [`ratelimit`](Self::ratelimit), in a string of exactly
-    /// its size: `Bytes` takes it over without another allocation.
+    /// The text of [`ratelimit`](Self::ratelimit): the library's list, in
+    /// a string of exactly its size, which `Bytes` takes over without
+    /// another allocation.
     fn ratelimit_text(&self, decisions: &[Decision]) -> String {
-        let items = self.item_starts.iter().zip(decisions);
-        let len = items
-            .clone()
-            .map(|(start, decision)| start.len() + headers::state_len(decision))
-            .sum::<usize>()
-            + SEPARATOR.len()
-                * self
-                    .item_starts
-                    .len()
-                    .min(decisions.len())
-                    .saturating_sub(1);
-        let mut out = String::with_capacity(len);
-        for (i, (start, decision)) in items.enumerate() {
-            if i > 0 {
-                out.push_str(SEPARATOR);
-            }
-            out.push_str(start);
-            headers::push_state(&mut out, decision);
-        }
-        debug_assert_eq!(out.len(), len, "a RateLimit item's size was miscounted");
-        out
+        headers::ratelimit_list(self.names.iter().map(|name| &**name).zip(decisions))
     }
 
     /// What each policy said, given one decision per policy.
@@ -250,8 +221,13 @@ mod tests {
                 Decision::from_parts(false, 3, 0, micros, micros),
             ];
             let text = set.ratelimit_text(&decisions);
-            let names = set.names().iter().map(|name| &**name);
-            assert_eq!(text, headers::ratelimit_list(names.zip(&decisions)));
+            let t = |d: &Decision| headers::reset_secs(d);
+            let expected = format!(
+                r#""second";r={remaining};t={}, "minute";r=0;t={}"#,
+                t(&decisions[0]),
+                t(&decisions[1]),
+            );
+            assert_eq!(text, expected);
             assert_eq!(text.capacity(), text.len(), "{text}");
         }
     }
