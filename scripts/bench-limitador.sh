@@ -15,10 +15,12 @@
 #   slidegate bench --target grpc://... --op should-rate-limit --keys K
 #     --concurrency CONCURRENCY --duration SECONDS_PER_RUNs --json
 # Prints the server's CPU per decision (utime + stime of its process from
-# /proc/PID/stat over the run, divided by the calls answered; Redis' own
-# CPU is in neither) and the median req/s, their ranges over the rounds,
-# and the ratios slidegate / Limitador (of the medians, and the range of
-# the rounds' own ratios).
+# /proc/PID/stat over the run, divided by the calls answered) and the
+# median req/s, their ranges over the rounds, and the ratios slidegate /
+# Limitador (of the medians, and the range of the rounds' own ratios).
+# For the Redis store, a second table: redis-server's own CPU per
+# decision during each server's runs, and the server's and Redis' CPU
+# together.
 # CPU per decision is the figure to trust on a busy machine: req/s also
 # measures the load client, which shares the cores. Then the first round's
 # answers of each server (admitted, denied, errors), to check the two
@@ -122,6 +124,7 @@ cell() { echo "$(echo "$1" | median | xargs printf "$2") ($(echo "$1" | range "$
 
 UNLIMITED=0
 ROWS=()
+REDIS_ROWS=()
 COUNTS=()
 for store in $STORES; do
   url=memory
@@ -142,7 +145,7 @@ for store in $STORES; do
   PIDS+=($!)
   wait_port "${PORT[limitador]}"
   for keys in $KEY_COUNTS; do
-    declare -A RPS=() CPU=()
+    declare -A RPS=() CPU=() RCPU=() BOTH=()
     RATIO_RPS=""
     RATIO_CPU=""
     for round in $(seq "$ROUNDS"); do
@@ -151,9 +154,13 @@ for store in $STORES; do
         # Both stores start each run from empty counters.
         [ "$store" = redis ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
         before=$(cpu_ticks "${PID[$server]}")
+        redis_before=0
+        [ "$store" = redis ] && redis_before=$(cpu_ticks "$REDIS_PID")
         json=$("$SLIDEGATE" bench --target "grpc://127.0.0.1:${PORT[$server]}" --op should-rate-limit \
           --keys "$keys" --concurrency "$CONCURRENCY" --duration "${SECONDS_PER_RUN}s" --json)
         after=$(cpu_ticks "${PID[$server]}")
+        redis_after=0
+        [ "$store" = redis ] && redis_after=$(cpu_ticks "$REDIS_PID")
         read -r rps requests allowed unlimited denied errors seconds <<<"$(echo "$json" | perl -MJSON::PP -e '
           local $/; my $r = decode_json(<STDIN>);
           print join(" ", map { $r->{$_} } qw(per_second requests allowed unlimited denied errors seconds))')"
@@ -167,6 +174,10 @@ for store in $STORES; do
           'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
         RPS[$server]+="$rps "
         CPU[$server]+="$cpu "
+        rcpu=$(awk -v t="$((redis_after - redis_before))" -v hz="$TICKS" -v n="$requests" \
+          'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
+        RCPU[$server]+="$rcpu "
+        BOTH[$server]+="$(awk -v a="$cpu" -v b="$rcpu" 'BEGIN { printf "%.2f", a + b }') "
         THIS_RPS[$server]=$rps
         THIS_CPU[$server]=$cpu
         if [ "$round" = 1 ]; then
@@ -179,6 +190,11 @@ for store in $STORES; do
     done
     rps_ratio=$(awk -v a="$(echo "${RPS[slidegate]}" | median)" -v b="$(echo "${RPS[limitador]}" | median)" 'BEGIN { printf "%.2f", a / b }')
     cpu_ratio=$(awk -v a="$(echo "${CPU[slidegate]}" | median)" -v b="$(echo "${CPU[limitador]}" | median)" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
+    if [ "$store" = redis ]; then
+      rcpu_ratio=$(awk -v a="$(echo "${RCPU[slidegate]}" | median)" -v b="$(echo "${RCPU[limitador]}" | median)" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
+      both_ratio=$(awk -v a="$(echo "${BOTH[slidegate]}" | median)" -v b="$(echo "${BOTH[limitador]}" | median)" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
+      REDIS_ROWS+=("| $keys | $(cell "${RCPU[slidegate]}" '%.1f') | $(cell "${RCPU[limitador]}" '%.1f') | **$rcpu_ratio** | $(cell "${BOTH[slidegate]}" '%.1f') | $(cell "${BOTH[limitador]}" '%.1f') | **$both_ratio** |")
+    fi
     ROWS+=("| $store | $keys | $(cell "${CPU[slidegate]}" '%.1f') | $(cell "${CPU[limitador]}" '%.1f') | **$cpu_ratio** ($(echo "$RATIO_CPU" | range '%.2f')) | $(cell "${RPS[slidegate]}" '%.0f') | $(cell "${RPS[limitador]}" '%.0f') | **$rps_ratio** ($(echo "$RATIO_RPS" | range '%.2f')) |")
   done
   for server in $SERVERS; do
@@ -194,6 +210,14 @@ echo
 echo "| store | keys | slidegate µs CPU per decision | Limitador µs CPU per decision | CPU slidegate / Limitador | slidegate req/s | Limitador req/s | req/s slidegate / Limitador |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+if [ "${#REDIS_ROWS[@]}" -gt 0 ]; then
+  echo
+  echo "redis-server's own CPU per decision during each server's runs, and the server's and Redis' together:"
+  echo
+  echo "| keys | Redis µs CPU per slidegate decision | per Limitador decision | Redis CPU slidegate / Limitador | server + Redis µs, slidegate | server + Redis µs, Limitador | together slidegate / Limitador |"
+  echo "|---|---|---|---|---|---|---|"
+  printf '%s\n' "${REDIS_ROWS[@]}"
+fi
 echo
 echo "First round's answers (limit: 100/1s for each key):"
 echo

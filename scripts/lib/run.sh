@@ -50,11 +50,13 @@ YAML
 
 # start_redis: a redis-server of the script's own on a free port, nothing
 # saved, its files in WORK (start_work first, and source
-# scripts/lib/ports.sh); sets REDIS_PORT and REDIS, its URL.
+# scripts/lib/ports.sh); sets REDIS_PORT, REDIS, its URL, and REDIS_PID.
 start_redis() {
   REDIS_PORT=$(free_port)
   redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
     --dir "$WORK" --logfile "$WORK/redis.log" &
+  # shellcheck disable=SC2034 # read by the scripts that source this
+  REDIS_PID=$!
   PIDS+=($!)
   wait_port "$REDIS_PORT"
   # shellcheck disable=SC2034 # read by the scripts that source this
