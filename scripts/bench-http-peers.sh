@@ -177,3 +177,7 @@ ratio req/s healthz throttlecrab/1 ">= 1.0"
 ratio req/s "acquire/$KEYS" healthz ">= 0.9"
 [ -n "$HELLO_PORT" ] && ratio cpu healthz axum-hello "as near 1 as it goes"
 ratio cpu "acquire/$KEYS" healthz "-"
+# The peer's own decision against a bare answer on the same framework: what
+# a decision over HTTP/JSON costs beside a hello-world, for comparison with
+# acquire over healthz.
+[ -n "$HELLO_PORT" ] && ratio req/s "throttlecrab/$KEYS" axum-hello "- (the peer's decision over a bare answer)"
