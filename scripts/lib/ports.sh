@@ -33,3 +33,9 @@ wait_port() {
 cpu_ticks() {
   awk '{ print $14 + $15 }' "/proc/$1/stat"
 }
+
+# user_ticks PID: utime of the process alone (its own code, not the
+# kernel's on its behalf), in clock ticks.
+user_ticks() {
+  awk '{ print $14 }' "/proc/$1/stat"
+}
