@@ -15,10 +15,11 @@
 #   slidegate bench --target grpc://... --op should-rate-limit --keys K
 #     --concurrency CONCURRENCY --duration SECONDS_PER_RUNs --json
 # Prints the server's CPU per decision (utime + stime of its process from
-# /proc/PID/stat over the run, divided by the calls answered) and the
+# /proc/PID/stat over the run, divided by the calls answered; then its
+# user time alone in a table of its own) and the
 # median req/s, their ranges over the rounds, and the ratios slidegate /
 # Limitador (of the medians, and the range of the rounds' own ratios).
-# For the Redis store, a second table: redis-server's own CPU per
+# For the Redis store, a third table: redis-server's own CPU per
 # decision during each server's runs, and the server's and Redis' CPU
 # together.
 # CPU per decision is the figure to trust on a busy machine: req/s also
@@ -125,6 +126,7 @@ cell() { echo "$(echo "$1" | median | xargs printf "$2") ($(echo "$1" | range "$
 UNLIMITED=0
 ROWS=()
 REDIS_ROWS=()
+USER_ROWS=()
 COUNTS=()
 for store in $STORES; do
   url=memory
@@ -145,7 +147,7 @@ for store in $STORES; do
   PIDS+=($!)
   wait_port "${PORT[limitador]}"
   for keys in $KEY_COUNTS; do
-    declare -A RPS=() CPU=() RCPU=() BOTH=()
+    declare -A RPS=() CPU=() UCPU=() RCPU=() BOTH=()
     RATIO_RPS=""
     RATIO_CPU=""
     for round in $(seq "$ROUNDS"); do
@@ -154,11 +156,13 @@ for store in $STORES; do
         # Both stores start each run from empty counters.
         [ "$store" = redis ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
         before=$(cpu_ticks "${PID[$server]}")
+        user_before=$(user_ticks "${PID[$server]}")
         redis_before=0
         [ "$store" = redis ] && redis_before=$(cpu_ticks "$REDIS_PID")
         json=$("$SLIDEGATE" bench --target "grpc://127.0.0.1:${PORT[$server]}" --op should-rate-limit \
           --keys "$keys" --concurrency "$CONCURRENCY" --duration "${SECONDS_PER_RUN}s" --json)
         after=$(cpu_ticks "${PID[$server]}")
+        user_after=$(user_ticks "${PID[$server]}")
         redis_after=0
         [ "$store" = redis ] && redis_after=$(cpu_ticks "$REDIS_PID")
         read -r rps requests allowed unlimited denied errors seconds <<<"$(echo "$json" | perl -MJSON::PP -e '
@@ -174,6 +178,8 @@ for store in $STORES; do
           'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
         RPS[$server]+="$rps "
         CPU[$server]+="$cpu "
+        UCPU[$server]+="$(awk -v t="$((user_after - user_before))" -v hz="$TICKS" -v n="$requests" \
+          'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }') "
         rcpu=$(awk -v t="$((redis_after - redis_before))" -v hz="$TICKS" -v n="$requests" \
           'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
         RCPU[$server]+="$rcpu "
@@ -195,6 +201,8 @@ for store in $STORES; do
       both_ratio=$(awk -v a="$(echo "${BOTH[slidegate]}" | median)" -v b="$(echo "${BOTH[limitador]}" | median)" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
       REDIS_ROWS+=("| $keys | $(cell "${RCPU[slidegate]}" '%.1f') | $(cell "${RCPU[limitador]}" '%.1f') | **$rcpu_ratio** | $(cell "${BOTH[slidegate]}" '%.1f') | $(cell "${BOTH[limitador]}" '%.1f') | **$both_ratio** |")
     fi
+    ucpu_ratio=$(awk -v a="$(echo "${UCPU[slidegate]}" | median)" -v b="$(echo "${UCPU[limitador]}" | median)" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
+    USER_ROWS+=("| $store | $keys | $(cell "${UCPU[slidegate]}" '%.1f') | $(cell "${UCPU[limitador]}" '%.1f') | **$ucpu_ratio** |")
     ROWS+=("| $store | $keys | $(cell "${CPU[slidegate]}" '%.1f') | $(cell "${CPU[limitador]}" '%.1f') | **$cpu_ratio** ($(echo "$RATIO_CPU" | range '%.2f')) | $(cell "${RPS[slidegate]}" '%.0f') | $(cell "${RPS[limitador]}" '%.0f') | **$rps_ratio** ($(echo "$RATIO_RPS" | range '%.2f')) |")
   done
   for server in $SERVERS; do
@@ -210,6 +218,12 @@ echo
 echo "| store | keys | slidegate µs CPU per decision | Limitador µs CPU per decision | CPU slidegate / Limitador | slidegate req/s | Limitador req/s | req/s slidegate / Limitador |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
+echo
+echo "Of the server's CPU, its user time (its own code; the rest is the kernel's socket work for the call):"
+echo
+echo "| store | keys | slidegate µs user CPU per decision | Limitador µs user CPU per decision | user CPU slidegate / Limitador |"
+echo "|---|---|---|---|---|"
+printf '%s\n' "${USER_ROWS[@]}"
 if [ "${#REDIS_ROWS[@]}" -gt 0 ]; then
   echo
   echo "redis-server's own CPU per decision during each server's runs, and the server's and Redis' together:"
