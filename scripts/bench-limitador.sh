@@ -38,9 +38,20 @@
 # report), LIMITADOR_THREADS (the harness's runtime threads,
 # default 1: limitador-server serves gRPC on one thread).
 #
+# INSTRUCTIONS=1 runs both servers under valgrind's callgrind instead and
+# gives instructions per decision where the CPU columns were (counters
+# zeroed after a 1 s warm-up of each run, dumped after it; ROUNDS default
+# 1, CONCURRENCY 8): repeatable whatever else runs on the machine. Its
+# req/s are valgrind's, not a figure; Redis' CPU is still measured.
+#
 # Exits 1 if an answer counted as "no limit applied" (a harness or rule
 # mismatch: the figures would measure a lookup, not a limit).
 set -euo pipefail
+INSTRUCTIONS=${INSTRUCTIONS:-}
+if [ -n "$INSTRUCTIONS" ]; then
+  ROUNDS=${ROUNDS:-1}
+  CONCURRENCY=${CONCURRENCY:-8}
+fi
 ROUNDS=${ROUNDS:-5}
 SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONCURRENCY=${CONCURRENCY:-64}
@@ -64,6 +75,7 @@ source scripts/lib/ports.sh
 # shellcheck source=scripts/lib/stats.sh
 source scripts/lib/stats.sh
 need_tools cargo perl
+[ -z "$INSTRUCTIONS" ] || need_tools valgrind callgrind_control
 [[ " $STORES " == *" redis "* ]] && need_tools redis-server redis-cli
 start_work
 
@@ -125,6 +137,33 @@ cell() { echo "$(echo "$1" | median | xargs printf "$2") ($(echo "$1" | range "$
 
 UNLIMITED=0
 ROWS=()
+# launch NAME COMMAND...: COMMAND in the background, under callgrind
+# (its dumps in WORK/callgrind.NAME.*) with INSTRUCTIONS=1.
+launch() {
+  local name=$1
+  shift
+  if [ -n "$INSTRUCTIONS" ]; then
+    valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.$name" "$@" &
+  else
+    "$@" &
+  fi
+}
+# instructions NAME: the instructions of NAME's newest callgrind dump.
+instructions() {
+  local newest
+  newest=$(find "$WORK" -name "callgrind.$1.*" -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
+  awk '/^summary:/ { print $2; exit }' "$newest"
+}
+# Under valgrind a server takes a while to listen.
+STARTUP=10
+[ -n "$INSTRUCTIONS" ] && STARTUP=60
+UNIT="µs CPU"
+CPU_FORMAT=%.1f
+if [ -n "$INSTRUCTIONS" ]; then
+  UNIT=instructions
+  CPU_FORMAT=%.0f
+fi
+
 REDIS_ROWS=()
 USER_ROWS=()
 COUNTS=()
@@ -133,19 +172,19 @@ for store in $STORES; do
   [ "$store" = redis ] && url=$REDIS
   declare -A PORT=() PID=()
   PORT[slidegate]=$(free_port)
-  "$SLIDEGATE" serve --store "$url" --config "$WORK/bench.yaml" \
-    --http-addr 127.0.0.1:0 --grpc-addr "127.0.0.1:${PORT[slidegate]}" >"$WORK/slidegate.log" 2>&1 &
+  launch "slidegate-$store" "$SLIDEGATE" serve --store "$url" --config "$WORK/bench.yaml" \
+    --http-addr 127.0.0.1:0 --grpc-addr "127.0.0.1:${PORT[slidegate]}" >"$WORK/slidegate.log" 2>&1
   PID[slidegate]=$!
   PIDS+=($!)
-  wait_port "${PORT[slidegate]}"
+  wait_port "${PORT[slidegate]}" "$STARTUP"
   PORT[limitador]=$(free_port)
   redis_flag=()
   [ "$store" = redis ] && redis_flag=(--redis "$REDIS")
-  "$LIMITADOR_RLS" --addr "127.0.0.1:${PORT[limitador]}" "${redis_flag[@]}" \
-    --threads "$LIMITADOR_THREADS" >"$WORK/limitador.log" 2>&1 &
+  launch "limitador-$store" "$LIMITADOR_RLS" --addr "127.0.0.1:${PORT[limitador]}" "${redis_flag[@]}" \
+    --threads "$LIMITADOR_THREADS" >"$WORK/limitador.log" 2>&1
   PID[limitador]=$!
   PIDS+=($!)
-  wait_port "${PORT[limitador]}"
+  wait_port "${PORT[limitador]}" "$STARTUP"
   for keys in $KEY_COUNTS; do
     declare -A RPS=() CPU=() UCPU=() RCPU=() BOTH=()
     RATIO_RPS=""
@@ -155,6 +194,11 @@ for store in $STORES; do
       for server in $SERVERS; do
         # Both stores start each run from empty counters.
         [ "$store" = redis ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
+        if [ -n "$INSTRUCTIONS" ]; then
+          "$SLIDEGATE" bench --target "grpc://127.0.0.1:${PORT[$server]}" --op should-rate-limit \
+            --keys "$keys" --concurrency "$CONCURRENCY" --duration 1s --json >/dev/null
+          callgrind_control -z "${PID[$server]}" >/dev/null 2>&1
+        fi
         before=$(cpu_ticks "${PID[$server]}")
         user_before=$(user_ticks "${PID[$server]}")
         redis_before=0
@@ -174,8 +218,14 @@ for store in $STORES; do
           echo "bench-limitador: $unlimited answers with no limit ($store, $keys keys, $server)" >&2
           UNLIMITED=1
         fi
-        cpu=$(awk -v t="$((after - before))" -v hz="$TICKS" -v n="$requests" \
-          'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
+        if [ -n "$INSTRUCTIONS" ]; then
+          callgrind_control -d "${PID[$server]}" >/dev/null 2>&1
+          cpu=$(awk -v i="$(instructions "$server-$store")" -v n="$requests" \
+            'BEGIN { printf "%.0f", (n > 0) ? i / n : 0 }')
+        else
+          cpu=$(awk -v t="$((after - before))" -v hz="$TICKS" -v n="$requests" \
+            'BEGIN { printf "%.2f", (n > 0) ? t * 1e6 / hz / n : 0 }')
+        fi
         RPS[$server]+="$rps "
         CPU[$server]+="$cpu "
         UCPU[$server]+="$(awk -v t="$((user_after - user_before))" -v hz="$TICKS" -v n="$requests" \
@@ -189,7 +239,7 @@ for store in $STORES; do
         if [ "$round" = 1 ]; then
           COUNTS+=("| $store | $keys | $server | $requests | $allowed | $denied | $errors | $(awk -v a="$allowed" -v s="$seconds" 'BEGIN { printf "%.0f", a / s }') |")
         fi
-        echo "bench-limitador: $store, $keys keys, round $round, $server: $(printf '%.0f' "$rps") req/s, $cpu µs server CPU per decision (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+        echo "bench-limitador: $store, $keys keys, round $round, $server: $(printf '%.0f' "$rps") req/s, $cpu $UNIT per decision (load $(cut -d' ' -f1 /proc/loadavg))" >&2
       done
       RATIO_RPS+="$(awk -v a="${THIS_RPS[slidegate]}" -v b="${THIS_RPS[limitador]}" 'BEGIN { printf "%.3f", a / b }') "
       RATIO_CPU+="$(awk -v a="${THIS_CPU[slidegate]}" -v b="${THIS_CPU[limitador]}" 'BEGIN { printf "%.3f", (b > 0) ? a / b : 0 }') "
@@ -203,7 +253,7 @@ for store in $STORES; do
     fi
     ucpu_ratio=$(awk -v a="$(echo "${UCPU[slidegate]}" | median)" -v b="$(echo "${UCPU[limitador]}" | median)" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }')
     USER_ROWS+=("| $store | $keys | $(cell "${UCPU[slidegate]}" '%.1f') | $(cell "${UCPU[limitador]}" '%.1f') | **$ucpu_ratio** |")
-    ROWS+=("| $store | $keys | $(cell "${CPU[slidegate]}" '%.1f') | $(cell "${CPU[limitador]}" '%.1f') | **$cpu_ratio** ($(echo "$RATIO_CPU" | range '%.2f')) | $(cell "${RPS[slidegate]}" '%.0f') | $(cell "${RPS[limitador]}" '%.0f') | **$rps_ratio** ($(echo "$RATIO_RPS" | range '%.2f')) |")
+    ROWS+=("| $store | $keys | $(cell "${CPU[slidegate]}" "$CPU_FORMAT") | $(cell "${CPU[limitador]}" "$CPU_FORMAT") | **$cpu_ratio** ($(echo "$RATIO_CPU" | range '%.2f')) | $(cell "${RPS[slidegate]}" '%.0f') | $(cell "${RPS[limitador]}" '%.0f') | **$rps_ratio** ($(echo "$RATIO_RPS" | range '%.2f')) |")
   done
   for server in $SERVERS; do
     kill "${PID[$server]}"
@@ -215,16 +265,18 @@ echo
 echo "slidegate ${SLIDEGATE_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo '?')} against limitador 0.14.0 (harness: $LIMITADOR_THREADS runtime thread(s)), $(nproc) cores ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1)), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "gRPC ShouldRateLimit, $CONCURRENCY tasks, ${SECONDS_PER_RUN}s per run, $ROUNDS interleaved rounds: median (range)"
 echo
-echo "| store | keys | slidegate µs CPU per decision | Limitador µs CPU per decision | CPU slidegate / Limitador | slidegate req/s | Limitador req/s | req/s slidegate / Limitador |"
+echo "| store | keys | slidegate $UNIT per decision | Limitador $UNIT per decision | $UNIT slidegate / Limitador | slidegate req/s | Limitador req/s | req/s slidegate / Limitador |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${ROWS[@]}"
-echo
-echo "Of the server's CPU, its user time (its own code; the rest is the kernel's socket work for the call):"
-echo
-echo "| store | keys | slidegate µs user CPU per decision | Limitador µs user CPU per decision | user CPU slidegate / Limitador |"
-echo "|---|---|---|---|---|"
-printf '%s\n' "${USER_ROWS[@]}"
-if [ "${#REDIS_ROWS[@]}" -gt 0 ]; then
+if [ -z "$INSTRUCTIONS" ]; then
+  echo
+  echo "Of the server's CPU, its user time (its own code; the rest is the kernel's socket work for the call):"
+  echo
+  echo "| store | keys | slidegate µs user CPU per decision | Limitador µs user CPU per decision | user CPU slidegate / Limitador |"
+  echo "|---|---|---|---|---|"
+  printf '%s\n' "${USER_ROWS[@]}"
+fi
+if [ -z "$INSTRUCTIONS" ] && [ "${#REDIS_ROWS[@]}" -gt 0 ]; then
   echo
   echo "redis-server's own CPU per decision during each server's runs, and the server's and Redis' together:"
   echo
