@@ -16,7 +16,8 @@
 # last level the L3, 32 MiB 16-way (D1 and LL below); override with
 # CALLGRIND_CACHES. Environment: CELLS (default
 # "u64/1/1 u64/1/10000 u64/1/1000000 string/1/1 string/1/10000 string/1/1000000"),
-# MEMORY_PROFILE_NS (the time per decision; see the bench).
+# MEMORY_PROFILE_NS (the time per decision; see the bench), MEMORY_SHARDS
+# (slidegate's shard count, the builder's default without it).
 # Needs valgrind (callgrind_control included).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -12,10 +12,21 @@
 //!
 //! On a machine shared with other work, where consecutive benchmarks see
 //! different loads, `MEMORY_ROUNDS=15` instead runs the two limiters of
-//! each cell in turn, round after round, and prints each one's median time
-//! per decision with the spread (lowest and highest round), and the median
-//! of the per-round ratios. `MEMORY_CELLS=u64/1/1000000,string/2/1` picks
-//! cells (key type / threads / keys; all twelve by default).
+//! each cell in turn, round after round, and prints each one's median CPU
+//! time per decision (its threads' time on a CPU, from Linux's
+//! `/proc/thread-self/schedstat`: a round that another process preempted
+//! is not charged for the wait) with the spread (lowest and highest round),
+//! and the median of the per-round ratios, of CPU times and of wall times.
+//! `MEMORY_CELLS=u64/1/1000000,string/2/1` picks cells (key type / threads
+//! / keys; all twelve by default).
+//!
+//! `MEMORY_SHARDS=N` builds slidegate's stores with `N` shards instead of
+//! the builder's default (to compare shard counts in one binary).
+//!
+//! `MEMORY_SWEEP=8,128` times one sweep of a store holding a million
+//! `u64` keys (none idle: every key stays) with each given shard count
+//! (powers of two),
+//! and what one sweep step (one shard, under its lock) takes on average.
 //!
 //! `MEMORY_PROFILE=slidegate` (or `governor`) runs one limiter per chosen
 //! cell for a profiler: `scripts/profile-memory-store.sh` counts
@@ -29,7 +40,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use governor::{Quota, RateLimiter};
-use slidegate::{Hit, MemoryStore, Rule};
+use slidegate::{Hit, MemoryStore, MemoryStoreBuilder, Rule};
 
 const KEY_COUNTS: [usize; 3] = [1, 10_000, 1_000_000];
 const THREADS: [usize; 2] = [1, 2];
@@ -81,29 +92,50 @@ impl Keys {
     }
 }
 
+/// What a run took: its wall time, and the time its threads ran on a CPU.
+struct Took {
+    wall: Duration,
+    /// `None` where the kernel does not say (not Linux).
+    cpu: Option<Duration>,
+}
+
 /// `decisions` calls of `f(key index)` spread over `threads` threads, the
-/// keys of thread `t` drawn from seed `seed + t`; the wall time.
-fn run(
-    threads: usize,
-    decisions: u64,
-    keys: usize,
-    seed: u64,
-    f: impl Fn(usize) + Sync,
-) -> Duration {
+/// keys of thread `t` drawn from seed `seed + t`.
+fn run(threads: usize, decisions: u64, keys: usize, seed: u64, f: impl Fn(usize) + Sync) -> Took {
     let per_thread = decisions / threads as u64;
     let start = Instant::now();
-    thread::scope(|s| {
-        for t in 0..threads {
-            let f = &f;
-            s.spawn(move || {
-                let mut keys = Keys::new(seed + t as u64, keys);
-                for _ in 0..per_thread {
-                    f(keys.next());
-                }
-            });
-        }
+    let cpu = thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let f = &f;
+                s.spawn(move || {
+                    let mut keys = Keys::new(seed + t as u64, keys);
+                    let before = thread_cpu();
+                    for _ in 0..per_thread {
+                        f(keys.next());
+                    }
+                    Some(thread_cpu()?.saturating_sub(before?))
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a benchmark thread panicked"))
+            .sum::<Option<Duration>>()
     });
-    start.elapsed()
+    Took {
+        wall: start.elapsed(),
+        cpu,
+    }
+}
+
+/// The time this thread has run on a CPU so far, from the kernel's
+/// scheduler statistics: on a machine shared with other work, unlike the
+/// wall clock, it leaves out the time another process had the core.
+fn thread_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = stat.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
 }
 
 /// One limiter under test, deciding for the key of a given index.
@@ -154,8 +186,17 @@ fn filled<L: Limiter>(limiter: L, keys: usize) -> L {
     limiter
 }
 
+/// The store's builder: its defaults, or `MEMORY_SHARDS` shards.
+fn builder() -> MemoryStoreBuilder {
+    let builder = MemoryStore::builder();
+    match std::env::var("MEMORY_SHARDS") {
+        Ok(shards) => builder.shards(shards.parse().expect("MEMORY_SHARDS is a number")),
+        Err(_) => builder,
+    }
+}
+
 fn slidegate_u64(keys: usize) -> SlidegateU64 {
-    filled(SlidegateU64(MemoryStore::builder().build(), [rule()]), keys)
+    filled(SlidegateU64(builder().build(), [rule()]), keys)
 }
 
 fn governor_u64(keys: usize) -> GovernorU64 {
@@ -168,7 +209,7 @@ fn names(keys: usize) -> Vec<String> {
 
 fn slidegate_string(keys: usize) -> SlidegateString {
     filled(
-        SlidegateString(MemoryStore::new(), [rule()], names(keys)),
+        SlidegateString(builder().build(), [rule()], names(keys)),
         keys,
     )
 }
@@ -230,6 +271,7 @@ fn bench_one<L: Limiter>(
             run(threads, iters, keys, seed, |k| {
                 black_box(limiter.decide(k));
             })
+            .wall
         })
     });
 }
@@ -296,13 +338,15 @@ fn summary(samples: &mut [f64]) -> (f64, f64, f64) {
 /// the two alternates from round to round.
 fn interleaved(rounds: usize) {
     println!("memory_store, {rounds} interleaved rounds per cell, keys in random order:");
-    println!("median ns per decision (lowest-highest round); ratio = governor / slidegate,");
-    println!(
-        "median of the rounds' ratios (lowest-highest); >= 1.00 means slidegate is as fast or faster"
-    );
+    println!("median CPU ns per decision (the benchmark threads' time on a CPU over the");
+    println!("decisions; lowest-highest round); ratio = governor / slidegate, median of the");
+    println!("rounds' ratios (lowest-highest); >= 1.00 means slidegate is as fast or faster;");
+    println!("wall = the same ratio of wall-clock times");
     println!();
-    println!("| keys | key type | threads | slidegate ns | governor ns | ratio |");
-    println!("|---|---|---|---|---|---|");
+    println!(
+        "| keys | key type | threads | slidegate CPU ns | governor CPU ns | ratio | wall ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     for cell in cells() {
         let row = match cell.string {
             false => rounds_of(
@@ -335,7 +379,7 @@ fn rounds_of<S: Limiter, G: Limiter>(
     } else {
         4_000_000
     };
-    let (mut s, mut g, mut ratio) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut s, mut g, mut ratio, mut wall) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         let seed = 1_000 + 16 * round as u64;
         let (a, b) = if round % 2 == 0 {
@@ -345,27 +389,40 @@ fn rounds_of<S: Limiter, G: Limiter>(
             let b = time_it(&cell, decisions, seed, &governor);
             (time_it(&cell, decisions, seed, &slidegate), b)
         };
-        s.push(a);
-        g.push(b);
-        ratio.push(b / a);
+        s.push(a.cpu);
+        g.push(b.cpu);
+        ratio.push(b.cpu / a.cpu);
+        wall.push(b.wall / a.wall);
     }
     let (s, s_lo, s_hi) = summary(&mut s);
     let (g, g_lo, g_hi) = summary(&mut g);
     let (r, r_lo, r_hi) = summary(&mut ratio);
+    let (w, w_lo, w_hi) = summary(&mut wall);
     format!(
-        "| {} | {} | {} | {s:.1} ({s_lo:.1}-{s_hi:.1}) | {g:.1} ({g_lo:.1}-{g_hi:.1}) | {r:.2} ({r_lo:.2}-{r_hi:.2}) |",
+        "| {} | {} | {} | {s:.1} ({s_lo:.1}-{s_hi:.1}) | {g:.1} ({g_lo:.1}-{g_hi:.1}) | {r:.2} ({r_lo:.2}-{r_hi:.2}) | {w:.2} ({w_lo:.2}-{w_hi:.2}) |",
         cell.keys,
         if cell.string { "String" } else { "u64" },
         cell.threads,
     )
 }
 
-/// ns per decision of one round of `limiter`.
-fn time_it<L: Limiter>(cell: &Cell, decisions: u64, seed: u64, limiter: &L) -> f64 {
-    let elapsed = run(cell.threads, decisions, cell.keys, seed, |k| {
+/// One round's ns per decision.
+struct PerDecision {
+    /// CPU time (the wall time where the kernel does not tell).
+    cpu: f64,
+    wall: f64,
+}
+
+/// One round of `limiter`.
+fn time_it<L: Limiter>(cell: &Cell, decisions: u64, seed: u64, limiter: &L) -> PerDecision {
+    let took = run(cell.threads, decisions, cell.keys, seed, |k| {
         black_box(limiter.decide(k));
     });
-    elapsed.as_nanos() as f64 / decisions as f64
+    let per_decision = |d: Duration| d.as_nanos() as f64 / decisions as f64;
+    PerDecision {
+        cpu: per_decision(took.cpu.unwrap_or(took.wall)),
+        wall: per_decision(took.wall),
+    }
 }
 
 /// For a profiler: one limiter of each chosen cell, on manual clocks that
@@ -396,16 +453,14 @@ fn profile(which: &str) {
                 let clock = slidegate::clock::ManualClock::at(start);
                 let set_time = |ns: u64| clock.set(start + ns / 1_000);
                 if cell.string {
-                    let s: MemoryStore<CompactString, _> =
-                        MemoryStore::builder().clock(clock.clone()).build();
+                    let s: MemoryStore<CompactString, _> = builder().clock(clock.clone()).build();
                     let decide = |k: usize| {
                         s.acquire(names[k].as_str(), &rules, 1)
                             .is_ok_and(|d| d.allowed())
                     };
                     profile_one(&cell, ns, decide, set_time);
                 } else {
-                    let s: MemoryStore<u64, _> =
-                        MemoryStore::builder().clock(clock.clone()).build();
+                    let s: MemoryStore<u64, _> = builder().clock(clock.clone()).build();
                     let decide =
                         |k: usize| s.acquire(&(k as u64), &rules, 1).is_ok_and(|d| d.allowed());
                     profile_one(&cell, ns, decide, set_time);
@@ -481,9 +536,46 @@ fn profiled(
     allowed
 }
 
+/// One sweep of a million live keys for each shard count in `counts`
+/// (best of five): the whole sweep's time, and a step's (one shard under
+/// its lock; the keys' hashes spread them evenly, within a few hundred
+/// keys of the mean at these sizes).
+fn sweep_steps(counts: &str) {
+    const KEYS: u64 = 1_000_000;
+    println!("| shards | keys a shard | sweep ms | ms a step |");
+    println!("|---|---|---|---|");
+    for shards in counts.split(',') {
+        let shards: usize = shards.trim().parse().expect("MEMORY_SWEEP lists numbers");
+        let clock = slidegate::clock::ManualClock::new();
+        let store: MemoryStore<u64, _> = MemoryStore::builder()
+            .clock(clock)
+            .sweep_interval(None)
+            .shards(shards)
+            .build();
+        let rules = [rule()];
+        for key in 0..KEYS {
+            black_box(store.acquire(&key, &rules, 1).is_ok());
+        }
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let start = Instant::now();
+            assert_eq!(store.sweep(), 0, "no key is idle");
+            best = best.min(start.elapsed().as_secs_f64() * 1e3);
+        }
+        let step = best / shards as f64;
+        println!(
+            "| {shards} | {} | {best:.1} | {step:.2} |",
+            KEYS / shards as u64
+        );
+    }
+}
+
 fn main() {
     if let Ok(which) = std::env::var("MEMORY_PROFILE") {
         return profile(&which);
+    }
+    if let Ok(counts) = std::env::var("MEMORY_SWEEP") {
+        return sweep_steps(&counts);
     }
     match std::env::var("MEMORY_ROUNDS")
         .ok()

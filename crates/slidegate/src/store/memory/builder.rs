@@ -24,7 +24,8 @@ pub struct MemoryStoreBuilder<C = MonotonicClock> {
     max_bytes: usize,
     max_rules_per_key: usize,
     sweep_interval: Option<Duration>,
-    shards: usize,
+    /// `None`: [`default_shards`] for the machine and `max_keys`.
+    shards: Option<usize>,
     max_leases: usize,
 }
 
@@ -43,7 +44,7 @@ impl MemoryStore<CompactString, MonotonicClock> {
             max_bytes: DEFAULT_MAX_BYTES,
             max_rules_per_key: DEFAULT_MAX_RULES_PER_KEY,
             sweep_interval: Some(Duration::from_secs(1)),
-            shards: 128,
+            shards: None,
             max_leases: DEFAULT_MAX_LEASES,
         }
     }
@@ -58,6 +59,33 @@ pub const DEFAULT_MAX_RULES_PER_KEY: usize = 16;
 /// The most [`MemoryStoreBuilder::max_rules_per_key`] accepts: a key's
 /// rules are found by a scan, which this keeps short.
 pub const MAX_RULES_PER_KEY: usize = 256;
+
+/// The most shards a store has.
+const MAX_SHARDS: usize = 1 << 16;
+
+/// The most keys one sweep step (one shard's table, under its lock) holds
+/// on average in a full store with the default shard count: a request for
+/// a key of that shard waits for at most one such step (about 0.9 ms at a
+/// million keys in BENCHMARKS.md's measure).
+pub(crate) const SWEEP_STEP_KEYS: usize = 1 << 15;
+
+/// The default shard count of a store of at most `max_keys` keys on a
+/// machine running `parallelism` threads at once: four a thread (as
+/// dashmap has), so that two threads seldom want the same lock, and at
+/// least `max_keys / SWEEP_STEP_KEYS`, so that a sweep step stays short;
+/// a power of two from 2 to 65,536.
+///
+/// Not more: a decision reads its shard's lock, rules and control bytes,
+/// and with more shards than that those lines no longer stay in the L1
+/// cache next to the keys' entries.
+pub(crate) fn default_shards(parallelism: usize, max_keys: usize) -> usize {
+    let for_threads = parallelism.saturating_mul(4);
+    let for_sweep = max_keys.div_ceil(SWEEP_STEP_KEYS);
+    for_threads
+        .max(for_sweep)
+        .clamp(2, MAX_SHARDS)
+        .next_power_of_two()
+}
 
 impl Default for MemoryStore<CompactString, MonotonicClock> {
     fn default() -> Self {
@@ -160,11 +188,23 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
-    /// The number of map shards, rounded up to a power of two (default 128).
-    /// More shards make each sweep step lock less, and two threads less
-    /// likely to want the same lock.
+    /// The number of map shards, rounded up to a power of two from 2 to
+    /// 65,536.
+    ///
+    /// By default four per thread the machine runs at once
+    /// ([`std::thread::available_parallelism`]), as dashmap's default, and
+    /// at least one per 32,768 of [`max_keys`](Self::max_keys), rounded up
+    /// to a power of two: 32 for the default million keys on up to eight
+    /// threads, 64 on 16, 256 on 64.
+    ///
+    /// More shards make each sweep step lock fewer keys (a step holds one
+    /// shard's lock while it looks at all its keys), and two threads less
+    /// likely to want the same lock; fewer keep each shard's lock, rules
+    /// and table control bytes in the L1 cache beside the keys' entries.
+    /// At 10,000 keys a decision missed the L1 cache 2.1 times with 128
+    /// shards, 1.35 times with 32 (see BENCHMARKS.md).
     pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = shards.clamp(2, 1 << 16).next_power_of_two();
+        self.shards = Some(shards.clamp(2, MAX_SHARDS).next_power_of_two());
         self
     }
 
@@ -180,8 +220,12 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             .unwrap_or(Duration::from_secs(1))
             .as_micros()
             / 10;
+        let shards = self.shards.unwrap_or_else(|| {
+            let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get());
+            default_shards(parallelism, self.max_keys)
+        });
         let inner = Arc::new(Inner {
-            map: Map::new(self.shards),
+            map: Map::new(shards),
             clock: self.clock,
             bounds: Bounds::new(self.max_keys, self.max_bytes, self.max_rules_per_key),
             next_forced_sweep: AtomicU64::new(0),
@@ -194,5 +238,55 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             spawn_sweeper(&inner, interval);
         }
         MemoryStore { inner }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_is_four_shards_a_thread_as_a_power_of_two() {
+        assert_eq!(default_shards(1, 1_000), 4);
+        assert_eq!(default_shards(2, 10_000), 8);
+        assert_eq!(default_shards(3, 10_000), 16);
+        assert_eq!(default_shards(64, 1_000_000), 256);
+        assert_eq!(default_shards(1 << 20, 1_000), MAX_SHARDS);
+    }
+
+    #[test]
+    fn a_full_store_s_sweep_step_holds_at_most_sweep_step_keys_by_default() {
+        assert_eq!(default_shards(2, 1_000_000), 32);
+        for parallelism in [1, 2, 8, 64] {
+            for max_keys in [1, 10_000, 1_000_000, 10_000_000, 1 << 30] {
+                let shards = default_shards(parallelism, max_keys);
+                assert!(shards.is_power_of_two());
+                assert!(
+                    max_keys.div_ceil(shards) <= SWEEP_STEP_KEYS,
+                    "{max_keys} keys in {shards} shards ({parallelism} threads)"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_built_store_has_the_default_shards_for_its_machine_and_max_keys() {
+        let parallelism = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for max_keys in [1_000, 1_000_000, 50_000_000] {
+            let store: MemoryStore<u64> = MemoryStore::builder()
+                .max_keys(max_keys)
+                .sweep_interval(None)
+                .build();
+            assert_eq!(
+                store.inner.map.shards(),
+                default_shards(parallelism, max_keys),
+                "{max_keys} keys"
+            );
+        }
+        let store: MemoryStore<u64> = MemoryStore::builder()
+            .shards(3)
+            .sweep_interval(None)
+            .build();
+        assert_eq!(store.inner.map.shards(), 4, "an explicit count, rounded up");
     }
 }

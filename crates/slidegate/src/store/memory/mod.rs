@@ -1,8 +1,9 @@
 //! The in-process store: a sharded hash table from key to the states of
 //! its rules.
 //!
-//! - **Hot path**: one hash lookup under the key's shard lock (one of 128
-//!   by default), one algorithm step. No global lock: keys in different
+//! - **Hot path**: one hash lookup under the key's shard lock (four shards
+//!   per thread the machine runs, at least one per 32,768 keys the store
+//!   may hold: see [`MemoryStoreBuilder::shards`]), one algorithm step. No global lock: keys in different
 //!   shards never wait for each other. Batches over several keys lock
 //!   their shards in index order.
 //! - **One cache line per key**: the key and its slot fill 64 bytes (for
