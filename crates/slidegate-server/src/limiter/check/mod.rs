@@ -16,7 +16,6 @@
 //! and acts on no answer, so a report refused, or dropped, would leave a
 //! client that used more with more quota than one that used less.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use slidegate::{Decision, Hit, Store};
@@ -33,7 +32,7 @@ mod response;
 use plan::{Planned, bound_costs, drop_replaced, plan};
 pub use request::{CheckError, CheckRequest, DescriptorRequest};
 pub use response::{
-    CheckResponse, Code, DescriptorStatus, MetricName, UNLIMITED_REMAINING, Verdict,
+    AppliedLimit, CheckResponse, Code, DescriptorStatus, MetricName, UNLIMITED_REMAINING, Verdict,
 };
 
 /// Each descriptor's plan, in order: held inline for the usual check of
@@ -66,7 +65,7 @@ pub async fn check<'c, S: Store>(
     let known_domain = plans
         .iter()
         .flatten()
-        .any(|p| matches!(p.limit, Cow::Borrowed(_)))
+        .any(|p| matches!(p.limit, AppliedLimit::Configured(_)))
         || config.has_domain(&request.domain);
     drop_replaced(&mut plans);
     bound_costs(&mut plans);
