@@ -91,8 +91,8 @@ async fn call(
 /// `String` the rules' lookup writes), the check's statuses and the
 /// answer's bytes. The last two were tried without an allocation, and
 /// both were slower than mimalloc's small allocation and free: the
-/// statuses held inline make the check's answer about 200 bytes larger
-/// through the five layers it is returned through; the answer's bytes
+/// statuses held inline make the check's answer larger through the five
+/// layers it is returned through; the answer's bytes
 /// held inline make the item tonic moves into its stream larger, and a
 /// buffer handed back by the encoder costs more in thread-local
 /// bookkeeping (docs/BENCHMARKS.md has the figures).
