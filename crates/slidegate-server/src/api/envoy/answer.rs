@@ -251,8 +251,6 @@ fn message_field_len(tag: u32, len: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
-
     use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
     use proptest::prelude::*;
     use prost::Message;
@@ -260,7 +258,7 @@ mod tests {
 
     use super::*;
     use crate::api::envoy::proto::{headers_to_proto, to_proto};
-    use crate::limiter::check::{Code, MetricName, Verdict};
+    use crate::limiter::check::{AppliedLimit, Code, MetricName, Verdict};
     use crate::rules::{Enforcement, LimitId, Unit};
 
     /// What prost writes for the answer, as the service wrote it before.
@@ -355,7 +353,7 @@ mod tests {
             proptest::option::of(decision()),
         )
             .prop_map(|(limit, verdict, decision)| DescriptorStatus {
-                limit: limit.map(Cow::Owned),
+                limit: limit.map(|l| AppliedLimit::Override(Box::new(l))),
                 verdict,
                 decision,
                 metric: MetricName::NoLimit,

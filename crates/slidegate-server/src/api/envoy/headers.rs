@@ -124,13 +124,12 @@ fn unique(name: String, taken: &[String]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use std::borrow::Cow;
     use std::time::Duration;
 
     use slidegate::Rate;
 
     use super::*;
-    use crate::limiter::check::DescriptorStatus;
+    use crate::limiter::check::{AppliedLimit, DescriptorStatus};
     use crate::rules::{Limit, LimitId, Unit};
 
     fn limit(full_key: &str, requests_per_unit: u64, shadow: bool) -> Limit {
@@ -163,7 +162,7 @@ mod tests {
         let decision =
             Decision::from_parts(allowed, limit.requests_per_unit, remaining, wait, wait);
         DescriptorStatus {
-            limit: Some(Cow::Owned(limit)),
+            limit: Some(AppliedLimit::Override(Box::new(limit))),
             verdict,
             decision: Some(decision),
             metric,

@@ -16,10 +16,10 @@
 //! and acts on no answer, so a report refused, or dropped, would leave a
 //! client that used more with more quota than one that used less.
 
-use std::borrow::Cow;
 use std::time::Duration;
 
 use slidegate::{Decision, Hit, Store};
+use smallvec::SmallVec;
 
 use crate::limiter::store_call::acquire_one;
 use crate::rules::{Enforcement, RateLimitConfig};
@@ -32,8 +32,12 @@ mod response;
 use plan::{Planned, bound_costs, drop_replaced, plan};
 pub use request::{CheckError, CheckRequest, DescriptorRequest};
 pub use response::{
-    CheckResponse, Code, DescriptorStatus, MetricName, UNLIMITED_REMAINING, Verdict,
+    AppliedLimit, CheckResponse, Code, DescriptorStatus, MetricName, UNLIMITED_REMAINING, Verdict,
 };
+
+/// Each descriptor's plan, in order: held inline for the usual check of
+/// one descriptor, which then allocates no list.
+type Plans<'c> = SmallVec<[Option<Planned<'c>>; 1]>;
 
 /// Decides `request` against `config` in `store`.
 pub async fn check<'c, S: Store>(
@@ -48,7 +52,7 @@ pub async fn check<'c, S: Store>(
         return Err(CheckError::NoDescriptors);
     }
     let request_hits = request.hits_addend.max(1);
-    let mut plans: Vec<Option<Planned<'_>>> = Vec::with_capacity(request.descriptors.len());
+    let mut plans = Plans::with_capacity(request.descriptors.len());
     for (i, descriptor) in request.descriptors.iter().enumerate() {
         if descriptor.entries.is_empty() {
             return Err(CheckError::EmptyDescriptor(i));
@@ -61,7 +65,7 @@ pub async fn check<'c, S: Store>(
     let known_domain = plans
         .iter()
         .flatten()
-        .any(|p| matches!(p.limit, Cow::Borrowed(_)))
+        .any(|p| matches!(p.limit, AppliedLimit::Configured(_)))
         || config.has_domain(&request.domain);
     drop_replaced(&mut plans);
     bound_costs(&mut plans);
@@ -84,7 +88,8 @@ pub async fn check<'c, S: Store>(
         let decision = acquire_one(store, hit).await?;
         plan.decision = Some(decision);
     }
-    let mut response = respond(plans);
+    // Drained in place: the list is not moved (copied) into the answer.
+    let mut response = respond(&mut plans);
     response.known_domain = known_domain;
     Ok(response)
 }
@@ -129,7 +134,7 @@ async fn decide_hard<S: Store>(
     Ok(passed)
 }
 
-fn respond(plans: Vec<Option<Planned<'_>>>) -> CheckResponse<'_> {
+fn respond<'c>(plans: &mut Plans<'c>) -> CheckResponse<'c> {
     let mut response = CheckResponse {
         overall: Code::Ok,
         statuses: Vec::with_capacity(plans.len()),
@@ -142,7 +147,7 @@ fn respond(plans: Vec<Option<Planned<'_>>>) -> CheckResponse<'_> {
             .filter_map(|p| p.decision)
             .any(|d| d.degraded()),
     };
-    for (i, plan) in plans.into_iter().enumerate() {
+    for (i, plan) in plans.drain(..).enumerate() {
         let Some(Planned {
             limit,
             metric,

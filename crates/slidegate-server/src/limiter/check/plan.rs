@@ -1,13 +1,12 @@
 //! Each descriptor's plan: the limit it matched (or its override's), its
 //! counter, its cost, bounded against what one decision may ask.
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use slidegate::{Decision, Hit, Rate, Rule};
 
 use super::request::{CheckError, DescriptorRequest};
-use super::response::MetricName;
+use super::response::{AppliedLimit, MetricName};
 use crate::keys::CounterKey;
 use crate::rules::{Enforcement, Limit, LimitId, RateLimitConfig, Unit};
 
@@ -15,7 +14,7 @@ use crate::rules::{Enforcement, Limit, LimitId, RateLimitConfig, Unit};
 /// once it is asked.
 pub(super) struct Planned<'a> {
     /// The configured limit (borrowed from the config), or an override's.
-    pub(super) limit: Cow<'a, Limit>,
+    pub(super) limit: AppliedLimit<'a>,
     pub(super) key: String,
     pub(super) metric: MetricName,
     pub(super) cost: u64,
@@ -94,7 +93,7 @@ pub(super) fn plan<'a>(
         return plan_override(domain, index, descriptor, requests_per_unit, unit, cost).map(Some);
     }
     Ok(config.lookup(domain, &descriptor.entries).map(|m| Planned {
-        limit: Cow::Borrowed(m.limit),
+        limit: AppliedLimit::Configured(m.limit),
         key: m.counter_key,
         metric: match m.detailed_key {
             Some(key) => MetricName::Detailed(key),
@@ -144,7 +143,7 @@ fn plan_override(
         full_key: String::new(),
     };
     Ok(Planned {
-        limit: Cow::Owned(limit),
+        limit: AppliedLimit::Override(Box::new(limit)),
         key: key.finish(),
         metric: MetricName::Override,
         cost,

@@ -2,7 +2,7 @@
 //! the verdict, and the decision behind it, carried to the wire as is
 //! (each front reads what its protocol shows from them).
 
-use std::borrow::Cow;
+use std::ops::Deref;
 use std::time::Duration;
 
 use slidegate::Decision;
@@ -37,6 +37,28 @@ pub enum Verdict {
     QuotaExceeded,
 }
 
+/// The limit a descriptor was decided under: the config's, borrowed, or
+/// a limit override's own, boxed (overrides are the rarer case, and the
+/// box keeps every plan and status two words wide, not a whole `Limit`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum AppliedLimit<'c> {
+    /// A configured limit, borrowed from the config decided with.
+    Configured(&'c Limit),
+    /// A limit override's own.
+    Override(Box<Limit>),
+}
+
+impl Deref for AppliedLimit<'_> {
+    type Target = Limit;
+
+    fn deref(&self) -> &Limit {
+        match self {
+            AppliedLimit::Configured(limit) => limit,
+            AppliedLimit::Override(limit) => limit,
+        }
+    }
+}
+
 /// What one descriptor's decision is counted under in the metrics.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetricName {
@@ -56,7 +78,7 @@ pub enum MetricName {
 pub struct DescriptorStatus<'c> {
     /// The limit that applied (borrowed from the config decided with; an
     /// override's own); `None` when no limit matched or it was replaced.
-    pub limit: Option<Cow<'c, Limit>>,
+    pub limit: Option<AppliedLimit<'c>>,
     /// What happened.
     pub verdict: Verdict,
     /// The decision the answer shows: the store's, or the limiter's own
