@@ -49,7 +49,7 @@ SECONDS_PER_RUN=${SECONDS_PER_RUN:-5}
 CONNECTIONS=${CONNECTIONS:-64}
 KEYS=${KEYS:-10000}
 cd "$(dirname "$0")/.."
-# need_tools, slidegate_binary, start_work.
+# need_tools, slidegate_binary, start_work, launch, instructions.
 # shellcheck source=scripts/lib/run.sh
 source scripts/lib/run.sh
 # free_port, wait_port, cpu_ticks.
@@ -73,17 +73,6 @@ start_work
 
 throttlecrab_binary
 
-# launch NAME COMMAND...: COMMAND in the background, under callgrind
-# (its dumps in WORK/callgrind.NAME.*) with INSTRUCTIONS=1.
-launch() {
-  local name=$1
-  shift
-  if [ -n "$INSTRUCTIONS" ]; then
-    valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.$name" "$@" &
-  else
-    "$@" &
-  fi
-}
 # Under valgrind a server takes a while to listen.
 STARTUP=10
 [ -n "$INSTRUCTIONS" ] && STARTUP=60
@@ -141,13 +130,6 @@ check "http://127.0.0.1:$TC_PORT/throttle" "$TC_BODY"
 TICKS=$(getconf CLK_TCK)
 UNIT="us CPU"
 [ -n "$INSTRUCTIONS" ] && UNIT=instructions
-
-# instructions NAME: the instructions of NAME's newest callgrind dump.
-instructions() {
-  local newest
-  newest=$(find "$WORK" -name "callgrind.$1.*" -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
-  awk '/^summary:/ { print $2; exit }' "$newest"
-}
 
 # run PID URL [KEYS PATH BODY]: req/s of one wrk run and the server's CPU
 # microseconds per request (with INSTRUCTIONS=1, its instructions per

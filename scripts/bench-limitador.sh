@@ -65,7 +65,7 @@ ROOT=$(pwd)
 PEER=$ROOT/scripts/peers/limitador-rls
 PEER_TARGET=$ROOT/target/peers
 LIMITADOR_SRC=$PEER_TARGET/limitador-0.14.0
-# need_tools, slidegate_binary, start_work.
+# need_tools, slidegate_binary, start_work, launch, instructions.
 # shellcheck source=scripts/lib/run.sh
 source scripts/lib/run.sh
 # free_port, wait_port, cpu_ticks.
@@ -137,23 +137,6 @@ cell() { echo "$(echo "$1" | median | xargs printf "$2") ($(echo "$1" | range "$
 
 UNLIMITED=0
 ROWS=()
-# launch NAME COMMAND...: COMMAND in the background, under callgrind
-# (its dumps in WORK/callgrind.NAME.*) with INSTRUCTIONS=1.
-launch() {
-  local name=$1
-  shift
-  if [ -n "$INSTRUCTIONS" ]; then
-    valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.$name" "$@" &
-  else
-    "$@" &
-  fi
-}
-# instructions NAME: the instructions of NAME's newest callgrind dump.
-instructions() {
-  local newest
-  newest=$(find "$WORK" -name "callgrind.$1.*" -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
-  awk '/^summary:/ { print $2; exit }' "$newest"
-}
 # Under valgrind a server takes a while to listen.
 STARTUP=10
 [ -n "$INSTRUCTIONS" ] && STARTUP=60

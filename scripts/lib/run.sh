@@ -80,3 +80,24 @@ throttlecrab_binary() {
     fi
   fi
 }
+
+# launch NAME COMMAND...: COMMAND in the background (its PID in $!), under
+# valgrind's callgrind when INSTRUCTIONS is set, its dumps in
+# WORK/callgrind.NAME.* (start_work first).
+launch() {
+  local name=$1
+  shift
+  if [ -n "${INSTRUCTIONS:-}" ]; then
+    valgrind --tool=callgrind --callgrind-out-file="$WORK/callgrind.$name" "$@" &
+  else
+    "$@" &
+  fi
+}
+
+# instructions NAME: the instructions counted in NAME's newest callgrind
+# dump (see launch; `callgrind_control -d PID` writes one).
+instructions() {
+  local newest
+  newest=$(find "$WORK" -name "callgrind.$1.*" -printf '%T@ %p\n' | sort -n | tail -1 | cut -d' ' -f2)
+  awk '/^summary:/ { print $2; exit }' "$newest"
+}
